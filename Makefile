@@ -1,0 +1,65 @@
+# One command surface for Tollgate. `make help` lists the targets.
+# `make demo` and `make test` are the README's two commands: each installs what it needs first.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+UV := $(VENV)/bin/uv
+RUN := $(VENV)/bin/python
+export UV_PROJECT_ENVIRONMENT := $(VENV)
+# Use this machine's Python; never download an interpreter.
+export UV_PYTHON_DOWNLOADS := never
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+PYTEST_WORKERS ?= 2
+
+.DEFAULT_GOAL := help
+.PHONY: help setup setup-runtime test lint unit integration infrastructure local demo synth bench openapi clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
+
+$(UV):
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check "uv>=0.9,<1"
+
+setup: $(UV) ## Install everything (runtime, local stack, CDK, dev tools) into .venv from uv.lock
+	$(UV) sync --frozen --extra local --all-groups
+
+setup-runtime: $(UV) ## Install only what the local stack needs (no CDK, no dev tools)
+	$(UV) sync --frozen --extra local --no-default-groups
+
+test: setup lint ## Install, lint, and run every test suite (DATABASE_URL when set, else embedded PostgreSQL)
+	$(RUN) -m pytest -n $(PYTEST_WORKERS) --dist loadfile
+
+lint: setup ## ruff and mypy (strict on the tollgate package)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+unit: setup ## Unit tests only
+	$(RUN) -m pytest tests/unit
+
+integration: setup ## Integration tests only (real PostgreSQL, moto)
+	$(RUN) -m pytest tests/integration
+
+infrastructure: setup ## Synthesized-template tests only
+	$(RUN) -m pytest tests/infrastructure
+
+local: setup-runtime ## Run the whole system in the foreground (API on http://127.0.0.1:8080)
+	$(VENV)/bin/tollgate local up
+
+demo: setup-runtime ## Start the local system, drive it as tenants would, show the results, stop
+	$(VENV)/bin/tollgate local demo
+
+synth: setup ## Synthesize CloudFormation templates to cdk.out/ offline, with cdk-nag on
+	$(RUN) layers/build.py
+	$(RUN) app.py
+
+bench: setup ## Run the benchmarks; results go to bench/results/
+	$(RUN) -m bench.acceptance
+
+openapi: setup-runtime ## Regenerate the committed openapi.json from the routes
+	$(VENV)/bin/tollgate openapi --output openapi.json
+
+clean: ## Remove the virtualenv, local data and build output
+	rm -rf $(VENV) .tollgate cdk.out build .pytest_cache .mypy_cache .ruff_cache

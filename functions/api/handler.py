@@ -1,0 +1,22 @@
+"""API Lambda: hands each API Gateway proxy event to the acceptance routes."""
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from tollgate.api.app import create_app, handle
+from tollgate.settings import ApiSettings
+from tollgate.wiring import build_api
+
+logger = Logger(service="tollgate-api")
+tracer = Tracer(service="tollgate-api")
+
+deps = build_api(ApiSettings())  # type: ignore[call-arg]  # fields come from the environment
+app = create_app(deps)
+
+
+@logger.inject_lambda_context(correlation_id_path="requestContext.requestId")
+@tracer.capture_lambda_handler
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return handle(app, deps, event, context)

@@ -1,0 +1,37 @@
+"""The README's main command, end to end: `tollgate local demo` as a user runs it, in a subprocess."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+def test_the_demo_runs_twice_in_a_row_and_exits_zero(fresh_database, tmp_path):
+    env = {**os.environ, "DATABASE_URL": fresh_database()}
+    for _ in range(2):
+        result = subprocess.run(
+            [sys.executable, "-m", "tollgate.cli", "local", "demo", "--data-dir", str(tmp_path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert "checks passed" in result.stdout
+        assert "FAILED" not in result.stdout
+
+
+def test_tenants_create_prints_the_key_once_on_stdout(fresh_database, tmp_path):
+    env = {**os.environ, "DATABASE_URL": fresh_database()}
+    command = [sys.executable, "-m", "tollgate.cli", "tenants", "create", "acme", "--data-dir", str(tmp_path)]
+    first = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip().splitlines()[-1].startswith("tg_")
+    assert again.returncode == 2
+    assert "already exists" in again.stdout + again.stderr

@@ -1,0 +1,95 @@
+"""Integration fixtures: the local system (real PostgreSQL, moto over HTTP, the API behind the local
+gateway on 127.0.0.1) and tenants with API keys."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+import pytest
+from pydantic import SecretStr
+
+from tollgate.auth import create_tenant
+from tollgate.clock import new_id
+from tollgate.db import Database, build_database
+from tollgate.local.aws import LocalAws
+from tollgate.local.client import ApiClient
+from tollgate.local.runtime import LocalStack
+from tollgate.settings import DatabaseSettings
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="session")
+def local_aws() -> Iterator[LocalAws]:
+    aws = LocalAws()
+    aws.start()
+    yield aws
+    aws.stop()
+
+
+@pytest.fixture(scope="session")
+def stack_factory(database_url: str, local_aws: LocalAws) -> Iterator[Callable[..., LocalStack]]:
+    stacks: list[LocalStack] = []
+
+    def start(**api_overrides: Any) -> LocalStack:
+        stack = LocalStack(port=0, database_url=database_url, aws=local_aws, api_overrides=api_overrides)
+        stacks.append(stack.start())
+        return stack
+
+    yield start
+    for stack in stacks:
+        stack.stop()
+
+
+@pytest.fixture(scope="session")
+def session_stack(stack_factory: Callable[..., LocalStack]) -> LocalStack:
+    return stack_factory()
+
+
+@pytest.fixture
+def stack(session_stack: LocalStack, clean_db: str) -> LocalStack:
+    return session_stack
+
+
+@pytest.fixture(scope="session")
+def system_db(database_url: str) -> Iterator[Database]:
+    db = build_database(
+        DatabaseSettings(database_url=SecretStr(database_url), database_role="tollgate_system")
+    )
+    yield db
+    db.close()
+
+
+@pytest.fixture(scope="session")
+def app_db(database_url: str) -> Iterator[Database]:
+    db = build_database(DatabaseSettings(database_url=SecretStr(database_url)))
+    yield db
+    db.close()
+
+
+@dataclass
+class Tenant:
+    tenant_id: UUID
+    api_key: str
+    client: ApiClient
+
+
+@pytest.fixture
+def make_tenant(stack: LocalStack, system_db: Database) -> Callable[..., Tenant]:
+    counter = iter(range(1_000_000))
+
+    def make(name: str | None = None, base_url: str | None = None) -> Tenant:
+        created = create_tenant(system_db, name or f"tenant-{next(counter)}", new_id)
+        return Tenant(
+            created.tenant_id, created.api_key, ApiClient(base_url or stack.api_url, created.api_key)
+        )
+
+    return make
+
+
+@pytest.fixture
+def tenant(make_tenant: Callable[..., Tenant]) -> Tenant:
+    return make_tenant("acme")

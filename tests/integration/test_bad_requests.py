@@ -1,0 +1,179 @@
+"""Bad input gets a clear 4xx problem body and writes nothing: never a 500, never a row, never an object."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+
+from tests.support import count_rows, invoice_request
+from tollgate.local.client import ApiClient
+from tollgate.local.runtime import LOCAL_BUCKET
+
+pytestmark = pytest.mark.integration
+
+GOOD = invoice_request()
+NO_WRITE_TABLES = ("extraction_jobs", "outbox_events", "documents")
+
+
+def _post(body: bytes | None, content_type: str | None = "application/json", key: str | None = "k-1"):
+    headers = {}
+    if content_type:
+        headers["Content-Type"] = content_type
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    return {"method": "POST", "path": "/extraction-jobs", "raw_body": body, "headers": headers}
+
+
+def _json(value: object, **kwargs) -> dict:
+    return _post(json.dumps(value).encode(), **kwargs)
+
+
+def _with(**fields) -> dict:
+    return _json({**GOOD, **fields})
+
+
+def _page(**fields) -> dict:
+    return _json({"document": {"pages": [{"text": "x", **fields}]}})
+
+
+CASES = {
+    "body-not-json": (_post(b"{not json"), 400, "invalid-request"),
+    "body-truncated-json": (_post(b'{"document": {"pages": ['), 400, "invalid-request"),
+    "body-is-an-array": (_json([GOOD]), 422, "validation-failed"),
+    "body-is-a-string": (_json("hello"), 422, "validation-failed"),
+    "body-is-null": (_post(b"null"), 422, "validation-failed"),
+    "body-empty-object": (_json({}), 422, "validation-failed"),
+    "document-missing": (_json({"priority": 3}), 422, "validation-failed"),
+    "no-pages": (_json({"document": {"pages": []}}), 422, "validation-failed"),
+    "empty-page-text": (_page(text=""), 422, "validation-failed"),
+    "page-text-wrong-type": (_json({"document": {"pages": [{"text": 42}]}}), 422, "validation-failed"),
+    "unknown-top-level-field": (_with(tenant_id="someone-else"), 422, "validation-failed"),
+    "unknown-page-field": (_page(bbox=[1, 2]), 422, "validation-failed"),
+    "inline-and-reference-mixed": (
+        _json({"document": {"pages": [{"text": "x"}], "s3_key": "k", "version_id": "v"}}),
+        422,
+        "validation-failed",
+    ),
+    "unknown-job-type": (_with(job_type="translation"), 422, "validation-failed"),
+    "unknown-schema-version": (_with(schema_version="invoice.v9"), 422, "validation-failed"),
+    "unknown-model-policy": (_with(model_policy="cheapest"), 422, "validation-failed"),
+    "priority-too-high": (_with(priority=10), 422, "validation-failed"),
+    "priority-wrong-type": (_with(priority="high"), 422, "validation-failed"),
+    "deadline-too-short": (_with(deadline_seconds=5), 422, "validation-failed"),
+    "deadline-too-long": (_with(deadline_seconds=10**8), 422, "validation-failed"),
+    "currency-hint-lowercase": (_with(options={"currency_hint": "eur"}), 422, "validation-failed"),
+    "unknown-option": (_with(options={"temperature": 1.5}), 422, "validation-failed"),
+    "metadata-value-too-long": (_with(metadata={"filename": "x" * 600}), 422, "validation-failed"),
+    "metadata-value-not-string": (_with(metadata={"n": 1}), 422, "validation-failed"),
+    "missing-idempotency-key": (_json(GOOD, key=None), 400, "missing-idempotency-key"),
+    "idempotency-key-too-long": (_json(GOOD, key="k" * 256), 400, "invalid-request"),
+    "idempotency-key-with-space": (_json(GOOD, key="two words"), 400, "invalid-request"),
+    "content-type-text": (
+        _post(json.dumps(GOOD).encode(), content_type="text/plain"),
+        415,
+        "unsupported-media-type",
+    ),
+    "content-type-form": (
+        _post(b"document=x", content_type="application/x-www-form-urlencoded"),
+        415,
+        "unsupported-media-type",
+    ),
+    "content-type-missing": (
+        _post(json.dumps(GOOD).encode(), content_type=None),
+        415,
+        "unsupported-media-type",
+    ),
+    "body-over-the-request-limit": (_post(b"{" + b" " * (5 * 1024 * 1024) + b"}"), 413, "payload-too-large"),
+    "document-over-the-document-limit": (
+        _json({"document": {"pages": [{"text": "x" * 150_000} for _ in range(14)]}}),
+        413,
+        "payload-too-large",
+    ),
+    "reference-outside-own-prefix": (
+        _json(
+            {"document": {"s3_key": "tenants/00000000-0000-0000-0000-000000000000/x.txt", "version_id": "v"}}
+        ),
+        422,
+        "document-unavailable",
+    ),
+    "list-limit-zero": ({"method": "GET", "path": "/extraction-jobs?limit=0"}, 422, "validation-failed"),
+    "list-unknown-state": (
+        {"method": "GET", "path": "/extraction-jobs?state=DONE"},
+        422,
+        "validation-failed",
+    ),
+    "list-forged-cursor": (
+        {"method": "GET", "path": "/extraction-jobs?cursor=bm9wZQ"},
+        400,
+        "invalid-request",
+    ),
+    "job-id-not-a-uuid": ({"method": "GET", "path": "/extraction-jobs/not-a-uuid"}, 404, "not-found"),
+    "unknown-route": ({"method": "GET", "path": "/invoices"}, 404, "not-found"),
+    "unknown-job": (
+        {"method": "GET", "path": "/extraction-jobs/7d5b8f4e-1111-4c1c-9a57-0c0a1b2c3d4e"},
+        404,
+        "not-found",
+    ),
+}
+
+AUTH_CASES = {
+    "no-authorization-header": {},
+    "basic-scheme": {"Authorization": "Basic dXNlcjpwYXNz"},
+    "bearer-without-token": {"Authorization": "Bearer "},
+    "unknown-key": {"Authorization": "Bearer tg_thisKeyWasNeverIssued0000000000000000000"},
+    "key-without-prefix": {"Authorization": "Bearer abc"},
+}
+
+
+def _s3_object_count() -> int:
+    versions = boto3.client("s3").list_object_versions(Bucket=LOCAL_BUCKET)
+    return len(versions.get("Versions", []))
+
+
+@pytest.mark.parametrize(("request_args", "status", "problem"), CASES.values(), ids=CASES.keys())
+def test_malformed_request_gets_its_problem_and_writes_nothing(
+    tenant, clean_db, request_args, status, problem
+):
+    before_rows, before_objects = count_rows(clean_db), _s3_object_count()
+    args = dict(request_args)
+
+    response = tenant.client.request(args.pop("method"), args.pop("path"), **args)
+
+    assert response.status == status, response.body[:500]
+    assert response.header("Content-Type") == "application/problem+json"
+    body = response.json
+    assert body["type"] == f"https://tollgate.dev/problems/{problem}"
+    assert body["status"] == status and body["title"] and body["detail"]
+    after = count_rows(clean_db)
+    assert {t: after[t] for t in NO_WRITE_TABLES} == {t: before_rows[t] for t in NO_WRITE_TABLES}
+    assert _s3_object_count() == before_objects
+
+
+@pytest.mark.parametrize("headers", AUTH_CASES.values(), ids=AUTH_CASES.keys())
+def test_requests_without_a_valid_key_get_401_and_write_nothing(stack, clean_db, headers):
+    client = ApiClient(stack.api_url)
+    before = count_rows(clean_db)
+
+    response = client.request(
+        "POST", "/extraction-jobs", json_body=GOOD, headers={"Idempotency-Key": "k", **headers}, auth=False
+    )
+
+    assert response.status == 401
+    assert response.json["type"].endswith("/unauthorized")
+    assert count_rows(clean_db) == before
+
+
+def test_validation_errors_do_not_echo_the_input_back(tenant, clean_db):
+    secret_looking = "IBAN DE89370400440532013000"
+    response = tenant.client.submit({"document": {"pages": [{"text": 1}]}, "note": secret_looking}, "k")
+    assert response.status == 422
+    assert secret_looking not in response.body.decode()
+    assert {"loc", "type", "msg"} <= set(response.json["errors"][0])
+
+
+def test_a_missing_object_version_is_a_clear_422(tenant, clean_db):
+    key = f"tenants/{tenant.tenant_id}/uploads/missing.txt"
+    response = tenant.client.submit({"document": {"s3_key": key, "version_id": "no-such-version"}}, "k")
+    assert response.status == 422 and response.json["type"].endswith("/document-unavailable")

@@ -1,0 +1,122 @@
+"""The migration runner: ordered, checksummed, transactional, safe when two run at once."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import threading
+
+import psycopg
+import pytest
+
+from tollgate.db.migrations import MigrationError, apply_migrations, read_migrations
+from tollgate.jobs.states import CANCELLABLE_STATES, UNFINISHED_STATES, JobState
+
+pytestmark = pytest.mark.integration
+
+
+def test_all_migrations_apply_to_an_empty_database_and_again_as_a_no_op(fresh_database, migrations_dir):
+    url = fresh_database()
+    applied = apply_migrations(url, migrations_dir)
+    assert [m.version for m in applied] == [m.version for m in read_migrations(migrations_dir)]
+    assert apply_migrations(url, migrations_dir) == []
+
+
+def test_an_edited_migration_is_refused(fresh_database, migrations_dir, tmp_path):
+    url = fresh_database()
+    copy = tmp_path / "migrations"
+    shutil.copytree(migrations_dir, copy)
+    apply_migrations(url, copy)
+    first = sorted(copy.glob("*.sql"))[0]
+    first.write_text(first.read_text() + "\n-- a quiet edit\n")
+
+    with pytest.raises(MigrationError, match="edited after it was applied"):
+        apply_migrations(url, copy)
+
+
+def test_a_failing_migration_leaves_nothing_behind(fresh_database, migrations_dir, tmp_path):
+    url = fresh_database()
+    copy = tmp_path / "migrations"
+    shutil.copytree(migrations_dir, copy)
+    version = len(list(copy.glob("*.sql"))) + 1
+    (copy / f"{version:04d}_broken.sql").write_text("CREATE TABLE half_done (id int);\nSELECT 1/0;\n")
+
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        apply_migrations(url, copy)
+
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT to_regclass('half_done')").fetchone()[0] is None
+        recorded = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()[0]
+    assert recorded == version - 1
+
+
+def test_gaps_in_numbering_are_refused(tmp_path):
+    (tmp_path / "0001_a.sql").write_text("SELECT 1;")
+    (tmp_path / "0003_c.sql").write_text("SELECT 1;")
+    with pytest.raises(MigrationError, match="without gaps"):
+        read_migrations(tmp_path)
+
+
+def test_two_runners_at_once_apply_each_migration_once(fresh_database, migrations_dir):
+    url = fresh_database()
+    results: list[list] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def run() -> None:
+        start.wait()
+        try:
+            results.append(apply_migrations(url, migrations_dir))
+        except BaseException as error:  # surfaced below
+            errors.append(error)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert errors == []
+    assert sorted(len(r) for r in results) == [0, len(read_migrations(migrations_dir))]
+
+
+def test_the_job_state_enum_mirrors_the_check_constraint(database_url):
+    with psycopg.connect(database_url) as conn:
+        (definition,) = conn.execute(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'extraction_jobs_state_check'"
+        ).fetchone()
+    states_in_db = set(re.findall(r"'([A-Z_]+)'", definition))
+    assert states_in_db == {s.value for s in JobState}
+
+
+def test_sql_state_lists_match_the_state_machine():
+    from tollgate.db import load_queries
+
+    q = load_queries()
+    assert "state IN ('READY', 'RETRY_SCHEDULED')" in q.cancel_job
+    assert {JobState.READY, JobState.RETRY_SCHEDULED} == CANCELLABLE_STATES
+    unfinished_sql = "state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')"
+    assert unfinished_sql in q.tenant_pending_usage
+    assert {JobState.READY, JobState.RUNNING, JobState.RETRY_SCHEDULED} == UNFINISHED_STATES
+
+
+@pytest.mark.parametrize(
+    ("assignment", "constraint"),
+    [
+        (
+            "state = 'SUCCEEDED', finished_at = now(), lease_owner = 'w', lease_until = now()",
+            "running_iff_leased",
+        ),
+        ("state = 'RUNNING'", "running_iff_leased"),
+        ("state = 'FAILED_TERMINAL'", "finished_iff_terminal"),
+        ("state = 'RETRY_SCHEDULED'", "retry_has_due_time"),
+        ("attempt = max_attempts + 1", "attempts_within_budget"),
+        ("lease_owner = 'w'", "no_lease_fields_half_set"),
+    ],
+)
+def test_the_schema_refuses_impossible_job_rows(tenant, clean_db, assignment, constraint):
+    from tests.support import invoice_request
+
+    job_id = tenant.client.submit(invoice_request(), "k").json["job_id"]
+    with psycopg.connect(clean_db) as conn, pytest.raises(psycopg.errors.CheckViolation, match=constraint):
+        conn.execute(f"UPDATE extraction_jobs SET {assignment} WHERE job_id = %s", (job_id,))

@@ -1,0 +1,24 @@
+"""The job state machine: terminal states are final, cancellation only before work or between tries."""
+
+from tollgate.jobs.states import CANCELLABLE_STATES, TERMINAL_STATES, TRANSITIONS, JobState, can_transition
+
+
+def test_terminal_states_have_no_way_out():
+    for state in TERMINAL_STATES:
+        assert TRANSITIONS[state] == frozenset()
+        assert state.is_terminal
+
+
+def test_every_state_has_a_row_in_the_transition_table():
+    assert set(TRANSITIONS) == set(JobState)
+
+
+def test_only_ready_and_retry_scheduled_jobs_can_be_cancelled():
+    assert frozenset({JobState.READY, JobState.RETRY_SCHEDULED}) == CANCELLABLE_STATES
+    assert not can_transition(JobState.RUNNING, JobState.CANCELLED)
+
+
+def test_running_is_the_only_way_to_a_result():
+    for state in (JobState.SUCCEEDED, JobState.REVIEW_REQUIRED):
+        sources = {s for s, targets in TRANSITIONS.items() if state in targets}
+        assert sources == {JobState.RUNNING}

@@ -1,0 +1,1 @@
+"""Accepting extraction jobs: validation, idempotency, admission and the transactional outbox."""

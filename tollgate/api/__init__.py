@@ -1,0 +1,1 @@
+"""The tenant-facing HTTP API: routes, problem responses and the OpenAPI document."""

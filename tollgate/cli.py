@@ -1,0 +1,132 @@
+"""The ``tollgate`` command: local system, tenants, database migrations and the OpenAPI document."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import SecretStr
+from rich.console import Console
+
+from tollgate.settings import REPO_ROOT, DatabaseSettings
+
+app = typer.Typer(
+    help="Tollgate: asynchronous, rate-limited LLM jobs for many tenants.", no_args_is_help=True
+)
+local_app = typer.Typer(help="Run the whole system on this machine.", no_args_is_help=True)
+tenants_app = typer.Typer(help="Tenants and their API keys.", no_args_is_help=True)
+db_app = typer.Typer(help="The database schema.", no_args_is_help=True)
+app.add_typer(local_app, name="local")
+app.add_typer(tenants_app, name="tenants")
+app.add_typer(db_app, name="db")
+
+console = Console()
+DataDir = Annotated[Path, typer.Option(help="Where the embedded PostgreSQL keeps its data.")]
+DEFAULT_DATA_DIR = Path(".tollgate")
+
+
+def _database_url(data_dir: Path) -> str:
+    """DATABASE_URL when set; otherwise the embedded server that `tollgate local up` also uses."""
+    from tollgate.local.postgres import server_url
+
+    url, _handle = server_url(data_dir.resolve() / "pgdata")
+    return url
+
+
+@local_app.command("up")
+def local_up(
+    port: Annotated[int, typer.Option(help="Port of the API on 127.0.0.1.")] = 8080,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+) -> None:
+    """Run the system in the foreground until Ctrl-C."""
+    from tollgate.local.runtime import LocalStack
+
+    stack = LocalStack(port=port, data_dir=data_dir).start()
+    console.print(
+        f"Tollgate is up: API at [bold]{stack.api_url}[/bold] (OpenAPI at {stack.api_url}/openapi.json)"
+    )
+    console.print("Create a tenant with `tollgate tenants create NAME`. Ctrl-C stops everything.")
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    try:
+        stopped.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        console.print("Stopping…")
+        stack.stop()
+
+
+@local_app.command("demo")
+def local_demo(
+    jobs_per_tenant: Annotated[int, typer.Option(min=1, max=500)] = 6,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+) -> None:
+    """Start the system, drive it as tenants would, check every answer, stop. Exit 1 on any surprise."""
+    from tollgate.local.demo import run_demo
+    from tollgate.local.runtime import LocalStack
+
+    with LocalStack(port=0, data_dir=data_dir) as stack:
+        report = run_demo(stack, jobs_per_tenant, console)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@tenants_app.command("create")
+def tenants_create(name: str, data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
+    """Create a tenant and print its API key (shown this once, never stored)."""
+    from tollgate.auth import create_tenant
+    from tollgate.clock import new_id
+    from tollgate.db import build_database
+    from tollgate.db.migrations import apply_migrations
+    from tollgate.errors import TollgateError
+
+    url = _database_url(data_dir)
+    apply_migrations(url, REPO_ROOT / "migrations")
+    db = build_database(DatabaseSettings(database_url=SecretStr(url), database_role="tollgate_system"))
+    try:
+        tenant = create_tenant(db, name, new_id)
+    except TollgateError as error:
+        console.print(f"[red]{error.detail}[/red]")
+        raise typer.Exit(2) from None
+    finally:
+        db.close()
+    console.print(f"tenant {tenant.name} ({tenant.tenant_id})", highlight=False)
+    # The key alone on stdout, so scripts can capture it: API_KEY=$(tollgate tenants create acme)
+    print(tenant.api_key)
+
+
+@db_app.command("migrate")
+def db_migrate(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
+    """Apply pending migrations (DATABASE_URL, or the embedded server)."""
+    from tollgate.db.migrations import apply_migrations
+
+    applied = apply_migrations(_database_url(data_dir), REPO_ROOT / "migrations")
+    names = ", ".join(f"{m.version:04d}_{m.name}" for m in applied) or "nothing to apply"
+    console.print(f"migrations: {names}")
+
+
+@app.command("openapi")
+def openapi(
+    output: Annotated[Path | None, typer.Option(help="File to write; stdout when absent.")] = None,
+) -> None:
+    """Write the API's OpenAPI document."""
+    from tollgate.api.app import export_openapi
+
+    document = export_openapi()
+    if output is None:
+        sys.stdout.write(document)
+    else:
+        output.write_text(document, encoding="utf-8")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The extraction job aggregate: its states and the transitions between them."""

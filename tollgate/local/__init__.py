@@ -1,0 +1,1 @@
+"""Running Tollgate on one machine: embedded PostgreSQL, moto for AWS, and an API Gateway stand-in."""

@@ -1,0 +1,47 @@
+"""moto as the AWS endpoint for local runs and tests: a real HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from moto.server import ThreadedMotoServer
+
+FAKE_AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "eu-west-1",
+    "AWS_REGION": "eu-west-1",
+}
+
+
+class LocalAws:
+    """A moto server in this process; boto3 clients reach it through AWS_ENDPOINT_URL."""
+
+    def __init__(self, port: int = 0) -> None:
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        self.endpoint_url = ""
+
+    def start(self) -> str:
+        # moto's server logs every request line through werkzeug; the system's own logs say more.
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        self.endpoint_url = f"http://{host}:{port}"
+        # Only placeholders go in, so real credentials in the environment can never reach moto or AWS.
+        os.environ.update(FAKE_AWS_ENV)
+        os.environ["AWS_ENDPOINT_URL"] = self.endpoint_url
+        return self.endpoint_url
+
+    def stop(self) -> None:
+        self._server.stop()
+
+
+def create_documents_bucket(name: str) -> None:
+    import boto3
+
+    s3 = boto3.client("s3")
+    existing = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
+    if name not in existing:
+        s3.create_bucket(Bucket=name, CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+    s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})

@@ -1,0 +1,95 @@
+"""Every entrypoint's configuration: one pydantic settings model each, read from the environment once.
+
+Field names map to upper-case environment variables (``database_url`` <- ``DATABASE_URL``). The CDK stacks
+set exactly these variables; an infrastructure test compares each function's environment with its model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class DatabaseSettings(BaseSettings):
+    """How to reach PostgreSQL: a URL (local, tests) or a Secrets Manager secret (AWS, via RDS Proxy)."""
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    database_url: SecretStr | None = Field(
+        default=None, description="libpq connection URL; wins over the secret when set."
+    )
+    database_secret_arn: str | None = Field(
+        default=None, description="Secrets Manager secret with username/password/host/port/dbname."
+    )
+    database_host: str | None = Field(
+        default=None, description="Host to connect to instead of the secret's (the RDS Proxy endpoint)."
+    )
+    database_role: str = Field(
+        default="tollgate_app",
+        description="Role assumed on every connection; a non-owner, so row-level security applies.",
+    )
+    database_pool_size: int = Field(default=4, ge=1, le=64, description="Connections kept per process.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DatabaseSettings:
+        if self.database_url is None and self.database_secret_arn is None:
+            raise ValueError("set DATABASE_URL or DATABASE_SECRET_ARN")
+        return self
+
+
+class AdmissionSettings(BaseSettings):
+    """Limits checked before a job is accepted."""
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    tenant_max_pending_jobs: int = Field(default=1000, ge=1, description="Unfinished jobs per tenant.")
+    tenant_max_pending_bytes: int = Field(
+        default=512 * 1024 * 1024, ge=1, description="Document bytes of unfinished jobs per tenant."
+    )
+    tenant_max_pending_tokens: int = Field(
+        default=20_000_000, ge=1, description="Estimated tokens of unfinished jobs per tenant."
+    )
+    system_max_backlog: int = Field(
+        default=100_000, ge=1, description="Unfinished jobs across all tenants before answering 503."
+    )
+    admission_retry_after_seconds: int = Field(
+        default=30, ge=1, description="Retry-After sent with 429 and 503 admission refusals."
+    )
+
+
+class ApiSettings(DatabaseSettings, AdmissionSettings):
+    """The acceptance API Lambda."""
+
+    documents_bucket: str = Field(description="Versioned S3 bucket holding tenants' documents.")
+    max_document_bytes: int = Field(
+        default=2 * 1024 * 1024, ge=1024, description="Largest OCR document accepted inline or by reference."
+    )
+    default_deadline_seconds: int = Field(
+        default=3600, ge=60, description="Deadline of a job that does not set one."
+    )
+    max_deadline_seconds: int = Field(default=7 * 24 * 3600, ge=60, description="Longest deadline allowed.")
+    default_max_attempts: int = Field(default=5, ge=1, le=50, description="Attempt budget of a new job.")
+    max_output_tokens: int = Field(
+        default=4096, ge=1, description="Completion tokens reserved per attempt (part of the estimate)."
+    )
+
+
+class AuthorizerSettings(DatabaseSettings):
+    """The API key authorizer Lambda."""
+
+    api_key_cache_ttl_seconds: int = Field(
+        default=60, ge=0, description="How long a resolved key stays cached in a warm function."
+    )
+
+
+class MigrateSettings(DatabaseSettings):
+    """The migration custom resource Lambda (connects as the owner, so no role switch)."""
+
+    database_role: str = Field(default="", description="Empty: migrations run as the connecting owner.")
+    migrations_dir: Path = Field(
+        default=REPO_ROOT / "migrations", description="Folder of numbered SQL files."
+    )
