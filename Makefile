@@ -13,7 +13,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 PYTEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-runtime test lint unit integration infrastructure local demo synth bench openapi clean
+.PHONY: help setup setup-runtime test lint unit integration infrastructure local demo synth bench openapi docs clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -60,6 +60,9 @@ bench: setup ## Run the benchmarks; results go to bench/results/
 
 openapi: setup-runtime ## Regenerate the committed openapi.json from the routes
 	$(VENV)/bin/tollgate openapi --output openapi.json
+
+docs: setup-runtime ## Regenerate README.md's configuration reference from the settings models
+	$(VENV)/bin/tollgate docs
 
 clean: ## Remove the virtualenv, local data and build output
 	rm -rf $(VENV) .tollgate cdk.out build .pytest_cache .mypy_cache .ruff_cache

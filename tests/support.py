@@ -18,3 +18,31 @@ def count_rows(owner_url: str) -> dict[str, int]:
     tables = ("extraction_jobs", "outbox_events", "documents", "job_attempts", "extraction_results")
     with psycopg.connect(owner_url) as conn:
         return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}  # type: ignore[index]
+
+
+def lease_job(
+    owner_url: str, job_id: Any, *, attempt: int, lease_until: Any, fence: int | None = None
+) -> int:
+    """Puts a job in RUNNING as a worker's claim would (attempt and fence up, lease set); returns the fence."""
+    with psycopg.connect(owner_url) as conn:
+        row = conn.execute(
+            "UPDATE extraction_jobs SET state = 'RUNNING', attempt = %s, fence = coalesce(%s, fence + 1),"
+            " lease_owner = 'worker-test', lease_until = %s, next_attempt_at = NULL,"
+            " state_version = state_version + 1 WHERE job_id = %s RETURNING fence, tenant_id",
+            (attempt, fence, lease_until, job_id),
+        ).fetchone()
+        conn.execute(
+            "INSERT INTO job_attempts (job_id, attempt, tenant_id, fence, worker_id, started_at)"
+            " VALUES (%s, %s, %s, %s, 'worker-test', now())",
+            (job_id, attempt, row[1], row[0]),
+        )
+    return int(row[0])
+
+
+def job_row(owner_url: str, job_id: Any) -> dict[str, Any]:
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(owner_url, row_factory=dict_row) as conn:
+        row = conn.execute("SELECT * FROM extraction_jobs WHERE job_id = %s", (job_id,)).fetchone()
+    assert row is not None
+    return row

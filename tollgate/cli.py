@@ -124,6 +124,22 @@ def openapi(
         output.write_text(document, encoding="utf-8")
 
 
+@app.command("docs")
+def docs(check: Annotated[bool, typer.Option(help="Fail if README.md is out of date.")] = False) -> None:
+    """Regenerate README.md's configuration reference from the settings models."""
+    from tollgate.docs import render_readme
+
+    readme_path = REPO_ROOT / "README.md"
+    current = readme_path.read_text(encoding="utf-8")
+    rendered = render_readme(current)
+    if check:
+        if rendered != current:
+            console.print("README.md's configuration reference is out of date: run `make docs`")
+            raise typer.Exit(1)
+        return
+    readme_path.write_text(rendered, encoding="utf-8")
+
+
 def main() -> None:
     app()
 

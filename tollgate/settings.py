@@ -30,7 +30,7 @@ class DatabaseSettings(BaseSettings):
     )
     database_role: str = Field(
         default="tollgate_app",
-        description="Role assumed on every connection; a non-owner, so row-level security applies.",
+        description="Role assumed in every transaction; a non-owner, so row-level security applies.",
     )
     database_pool_size: int = Field(default=4, ge=1, le=64, description="Connections kept per process.")
 
@@ -76,6 +76,9 @@ class ApiSettings(DatabaseSettings, AdmissionSettings):
     max_output_tokens: int = Field(
         default=4096, ge=1, description="Completion tokens reserved per attempt (part of the estimate)."
     )
+    relay_function_name: str | None = Field(
+        default=None, description="Outbox relay function nudged (asynchronously) after each accepted job."
+    )
 
 
 class AuthorizerSettings(DatabaseSettings):
@@ -92,4 +95,54 @@ class MigrateSettings(DatabaseSettings):
     database_role: str = Field(default="", description="Empty: migrations run as the connecting owner.")
     migrations_dir: Path = Field(
         default=REPO_ROOT / "migrations", description="Folder of numbered SQL files."
+    )
+
+
+class SystemDatabaseSettings(DatabaseSettings):
+    """Background work across tenants runs as tollgate_system."""
+
+    database_role: str = Field(default="tollgate_system", description="Role for work across tenants.")
+
+
+class RelaySettings(SystemDatabaseSettings):
+    """The outbox relay Lambda."""
+
+    jobs_queue_url: str = Field(description="URL of the jobs SQS FIFO queue.")
+    relay_batch_size: int = Field(default=100, ge=1, le=1000, description="Outbox rows claimed per batch.")
+    relay_max_batches: int = Field(default=20, ge=1, description="Batches per invocation before returning.")
+    relay_claim_seconds: int = Field(
+        default=60, ge=5, description="Claim lease on a batch; a crashed relay's rows return after it."
+    )
+    message_group_shards: int = Field(
+        default=8, ge=1, le=64, description="FIFO message groups per tenant (its parallelism in the queue)."
+    )
+
+
+class RetrySettings(BaseSettings):
+    """The one retry layer's policy: full jitter, capped, never past the deadline."""
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    retry_base_seconds: float = Field(default=2.0, gt=0, description="Backoff ceiling of the first retry.")
+    retry_cap_seconds: float = Field(default=300.0, gt=0, description="Largest backoff ceiling.")
+    attempt_timeout_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="Longest attempt; a retry must be able to finish before the deadline.",
+    )
+
+
+class SchedulerSettings(SystemDatabaseSettings, RetrySettings):
+    """The scheduler Lambda (every minute)."""
+
+    scheduler_batch_size: int = Field(default=500, ge=1, description="Jobs reaped or expired per pass.")
+
+
+class WorkerSettings(SystemDatabaseSettings, RetrySettings):
+    """The ECS worker."""
+
+    jobs_queue_url: str = Field(description="URL of the jobs SQS FIFO queue.")
+    ingress_wait_seconds: int = Field(default=20, ge=0, le=20, description="SQS long-poll wait.")
+    ingress_failure_visibility_seconds: int = Field(
+        default=30, ge=0, description="Delay before a message that failed is received again."
     )

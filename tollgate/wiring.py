@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import boto3
 
 from tollgate.acceptance.service import AcceptanceDeps
@@ -10,17 +12,85 @@ from tollgate.auth import ApiKeyResolver
 from tollgate.clock import SystemClock, new_id
 from tollgate.db import Database, build_database
 from tollgate.documents import S3DocumentStore
-from tollgate.settings import ApiSettings, AuthorizerSettings
+from tollgate.events import EXTRACTION_REQUESTED
+from tollgate.ingress import IngressDeps
+from tollgate.jobs.retry import RetryPolicy
+from tollgate.metrics import MetricsSink
+from tollgate.nudge import LambdaNudger, NoNudge, Nudger
+from tollgate.outbox import RelayDeps, SqsFifoPublisher
+from tollgate.scheduling import SchedulerDeps
+from tollgate.settings import (
+    ApiSettings,
+    AuthorizerSettings,
+    RelaySettings,
+    RetrySettings,
+    SchedulerSettings,
+    WorkerSettings,
+)
 
 
-def build_api(settings: ApiSettings, db: Database | None = None) -> ApiDeps:
+def build_api(settings: ApiSettings, db: Database | None = None, nudger: Nudger | None = None) -> ApiDeps:
     db = db or build_database(settings, pool_name="api")
     store = S3DocumentStore(boto3.client("s3"), settings.documents_bucket)
+    if nudger is None:
+        nudger = (
+            LambdaNudger(boto3.client("lambda"), settings.relay_function_name)
+            if settings.relay_function_name
+            else NoNudge()
+        )
     return ApiDeps(
-        AcceptanceDeps(db=db, documents=store, settings=settings, clock=SystemClock(), new_id=new_id)
+        AcceptanceDeps(
+            db=db, documents=store, settings=settings, clock=SystemClock(), new_id=new_id, nudger=nudger
+        )
     )
 
 
 def build_authorizer(settings: AuthorizerSettings, db: Database | None = None) -> ApiKeyResolver:
     db = db or build_database(settings, pool_name="authorizer")
     return ApiKeyResolver(db, SystemClock(), settings.api_key_cache_ttl_seconds)
+
+
+def build_relay(settings: RelaySettings, db: Database | None = None) -> RelayDeps:
+    """The routing table lives here: each event type to the one destination that carries it."""
+    db = db or build_database(settings, pool_name="relay")
+    jobs_queue = SqsFifoPublisher(boto3.client("sqs"), settings.jobs_queue_url, settings.message_group_shards)
+    return RelayDeps(
+        db=db,
+        clock=SystemClock(),
+        routes={EXTRACTION_REQUESTED: jobs_queue},
+        batch_size=settings.relay_batch_size,
+        claim_seconds=settings.relay_claim_seconds,
+    )
+
+
+def retry_policy(settings: RetrySettings) -> RetryPolicy:
+    return RetryPolicy(
+        base_seconds=settings.retry_base_seconds,
+        cap_seconds=settings.retry_cap_seconds,
+        attempt_timeout_seconds=settings.attempt_timeout_seconds,
+    )
+
+
+def build_scheduler(
+    settings: SchedulerSettings, metrics: MetricsSink, db: Database | None = None
+) -> SchedulerDeps:
+    return SchedulerDeps(
+        db=db or build_database(settings, pool_name="scheduler"),
+        clock=SystemClock(),
+        new_id=new_id,
+        metrics=metrics,
+        retry_policy=retry_policy(settings),
+        jitter=random.uniform,
+        batch_size=settings.scheduler_batch_size,
+    )
+
+
+def build_ingress(settings: WorkerSettings, db: Database | None = None) -> IngressDeps:
+    return IngressDeps(
+        db=db or build_database(settings, pool_name="ingress"),
+        sqs=boto3.client("sqs"),
+        queue_url=settings.jobs_queue_url,
+        clock=SystemClock(),
+        wait_seconds=settings.ingress_wait_seconds,
+        failure_visibility_seconds=settings.ingress_failure_visibility_seconds,
+    )

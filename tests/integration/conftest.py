@@ -35,7 +35,9 @@ def stack_factory(database_url: str, local_aws: LocalAws) -> Iterator[Callable[.
     stacks: list[LocalStack] = []
 
     def start(**api_overrides: Any) -> LocalStack:
-        stack = LocalStack(port=0, database_url=database_url, aws=local_aws, api_overrides=api_overrides)
+        stack = LocalStack(
+            port=0, database_url=database_url, aws=local_aws, api_overrides=api_overrides, pipeline=False
+        )
         stacks.append(stack.start())
         return stack
 

@@ -11,7 +11,7 @@ import binascii
 import hashlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -49,10 +49,11 @@ from tollgate.errors import (
     Unauthorized,
     ValidationFailed,
 )
+from tollgate.events import EXTRACTION_REQUESTED
 from tollgate.jobs.states import JobState
+from tollgate.nudge import NoNudge, Nudger
 from tollgate.settings import ApiSettings
 
-EXTRACTION_REQUESTED = "extraction.requested.v1"
 # Instructions, schema and delimiters around the OCR text, in tokens; the text itself is ~4 chars a token.
 PROMPT_OVERHEAD_TOKENS = 800
 CHARS_PER_TOKEN = 4
@@ -65,6 +66,7 @@ class AcceptanceDeps:
     settings: ApiSettings
     clock: Clock
     new_id: IdFactory
+    nudger: Nudger = field(default_factory=NoNudge)
 
 
 def request_hash(request: CreateJobRequest, document: CanonicalDocument) -> str:
@@ -166,6 +168,8 @@ def accept_job(
         )
         row = conn.execute(q.get_job, {"tenant_id": tenant_id, "job_id": job_id}).fetchone()
     assert row is not None
+    # After the commit, never before: the relay must find the event when it wakes.
+    deps.nudger.nudge()
     return Accepted(job=job_view(row), replayed=False)
 
 

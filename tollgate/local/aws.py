@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+from dataclasses import dataclass
 
 from moto.server import ThreadedMotoServer
 
@@ -45,3 +47,34 @@ def create_documents_bucket(name: str) -> None:
     if name not in existing:
         s3.create_bucket(Bucket=name, CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
     s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+
+
+@dataclass(frozen=True)
+class JobsQueues:
+    url: str
+    dlq_url: str
+
+
+def create_jobs_queues(name: str = "tollgate-jobs", max_receive_count: int = 5) -> JobsQueues:
+    """The jobs FIFO queue and its FIFO dead-letter queue, configured like the deployed pair."""
+    import boto3
+
+    sqs = boto3.client("sqs")
+    dlq_url = sqs.create_queue(
+        QueueName=f"{name}-dlq.fifo",
+        Attributes={"FifoQueue": "true", "MessageRetentionPeriod": str(14 * 24 * 3600)},
+    )["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    url = sqs.create_queue(
+        QueueName=f"{name}.fifo",
+        Attributes={
+            "FifoQueue": "true",
+            "VisibilityTimeout": "60",
+            "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count}
+            ),
+        },
+    )["QueueUrl"]
+    return JobsQueues(url, dlq_url)

@@ -1,8 +1,9 @@
 """``tollgate local demo``: drives the local system over HTTP as tenants would, and checks every answer.
 
-At this stage the system accepts work (the pipeline that runs it is built in later pieces): the demo
-submits sample invoices for two tenants, replays a request, provokes a conflict and a bad request, then
-reads every job back. It fails (non-zero exit) when any answer is not the one the API promises.
+At this stage the system accepts work and carries it to the worker's inbox (execution is built in a later
+piece): the demo submits sample invoices for two tenants, replays a request, provokes a conflict and a bad
+request, follows the events through the relay and SQS to the worker, then reads every job back. It fails
+(non-zero exit) when any answer is not the one the system promises.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 
 from tollgate.auth import create_tenant
@@ -19,6 +21,9 @@ from tollgate.clock import new_id
 from tollgate.local.client import ApiClient
 from tollgate.local.runtime import LocalStack
 from tollgate.samples import generate_invoices, request_body
+from tollgate.scheduling import PipelineProgress, read_pipeline_progress
+
+PIPELINE_TIMEOUT_SECONDS = 60
 
 
 @dataclass
@@ -34,11 +39,38 @@ class DemoReport:
         return all(ok for _, ok, _ in self.checks)
 
 
+def _wait_for_pipeline(
+    stack: LocalStack, before: PipelineProgress, expected: int, console: Console
+) -> PipelineProgress:
+    """Shows events travelling outbox -> SQS -> worker inbox; waits on the ingress loop's steps, bounded."""
+    assert stack.system_db is not None
+    db = stack.system_db
+    ingress = stack.loops["ingress"]
+    with Progress(console=console, transient=False) as bars:
+        published = bars.add_task("published to SQS", total=expected)
+        received = bars.add_task("taken in by the worker", total=expected)
+
+        def update(_: object) -> bool:
+            now = read_pipeline_progress(db)
+            bars.update(published, completed=now.published - before.published)
+            bars.update(received, completed=now.received - before.received)
+            return now.received - before.received >= expected
+
+        ingress.wait_for(update, timeout=PIPELINE_TIMEOUT_SECONDS)
+    now = read_pipeline_progress(db)
+    return PipelineProgress(
+        events=now.events - before.events,
+        published=now.published - before.published,
+        received=now.received - before.received,
+    )
+
+
 def run_demo(stack: LocalStack, jobs_per_tenant: int = 6, console: Console | None = None) -> DemoReport:
     console = console or Console()
     report = DemoReport()
     assert stack.system_db is not None
     run = secrets.token_hex(3)
+    before = read_pipeline_progress(stack.system_db)
     invoices = generate_invoices(jobs_per_tenant * 2, seed=11)
     clients: dict[str, ApiClient] = {}
     for name in (f"nordwind-{run}", f"lumiere-{run}"):
@@ -74,6 +106,13 @@ def run_demo(stack: LocalStack, jobs_per_tenant: int = 6, console: Console | Non
     stranger = ApiClient(stack.api_url, "tg_not-a-real-key")
     unauthorized = stranger.request("GET", "/extraction-jobs")
     report.check("unknown API key: 401", unauthorized.status == 401, str(unauthorized.status))
+
+    progress = _wait_for_pipeline(stack, before, expected=len(report.accepted), console=console)
+    report.check(
+        "every accepted job's event published and taken in by the worker",
+        progress.published == progress.received == len(report.accepted),
+        f"{progress.published} published, {progress.received} in the worker's inbox",
+    )
 
     states: Counter[str] = Counter()
     table = Table(title="Accepted jobs, read back over the API")

@@ -1,0 +1,179 @@
+"""The scheduler's tick against real PostgreSQL with a controlled clock and jitter."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from tests.support import invoice_request, job_row, lease_job
+from tollgate.clock import FakeClock, SystemClock, new_id
+from tollgate.jobs.retry import RetryPolicy
+from tollgate.metrics import RecordedMetrics
+from tollgate.scheduling import SchedulerDeps, run_scheduler
+
+pytestmark = pytest.mark.integration
+
+POLICY = RetryPolicy(base_seconds=2, cap_seconds=300, attempt_timeout_seconds=120)
+
+
+def scheduler(system_db, clock, metrics=None):
+    return SchedulerDeps(
+        db=system_db,
+        clock=clock,
+        new_id=new_id,
+        metrics=metrics or RecordedMetrics(),
+        retry_policy=POLICY,
+        jitter=lambda low, high: high,  # the longest wait full jitter could pick
+    )
+
+
+@pytest.fixture
+def clock():
+    return FakeClock(SystemClock().now())
+
+
+def submit(tenant, text="invoice", deadline_seconds=3600, key=None):
+    body = invoice_request(text=text, deadline_seconds=deadline_seconds)
+    return tenant.client.submit(body, key or text.replace(" ", "-")).json["job_id"]
+
+
+def failed_events(url):
+    with psycopg.connect(url) as conn:
+        return conn.execute(
+            "SELECT aggregate_id::text, payload->>'reason' FROM outbox_events"
+            " WHERE event_type = 'extraction.failed.v1'"
+        ).fetchall()
+
+
+def test_an_expired_lease_is_retried_with_the_fence_moved_and_the_attempt_kept(
+    tenant, system_db, clock, clean_db
+):
+    job_id = submit(tenant)
+    fence = lease_job(clean_db, job_id, attempt=2, lease_until=clock.now() + timedelta(seconds=30))
+    clock.advance(31)
+
+    report = run_scheduler(scheduler(system_db, clock))
+
+    job = job_row(clean_db, job_id)
+    assert report.reaped_to_retry == 1
+    assert job["state"] == "RETRY_SCHEDULED"
+    assert job["fence"] == fence + 1
+    assert job["attempt"] == 2, "a restart never gives a job its attempts back"
+    assert job["lease_until"] is None and job["lease_owner"] is None
+    assert job["next_attempt_at"] == clock.now() + timedelta(seconds=POLICY.backoff_ceiling(2))
+    with psycopg.connect(clean_db) as conn:
+        outcome = conn.execute("SELECT outcome FROM job_attempts WHERE job_id = %s", (job_id,)).fetchone()[0]
+    assert outcome == "lease_expired"
+
+
+def test_a_lease_not_yet_expired_is_left_alone(tenant, system_db, clock, clean_db):
+    job_id = submit(tenant)
+    lease_job(clean_db, job_id, attempt=1, lease_until=clock.now() + timedelta(seconds=30))
+    clock.advance(29)
+
+    run_scheduler(scheduler(system_db, clock))
+
+    assert job_row(clean_db, job_id)["state"] == "RUNNING"
+
+
+def test_an_expired_lease_with_no_attempts_left_fails_terminally_with_an_event(
+    tenant, system_db, clock, clean_db
+):
+    job_id = submit(tenant)
+    lease_job(clean_db, job_id, attempt=5, lease_until=clock.now())  # max_attempts is 5
+    clock.advance(1)
+
+    report = run_scheduler(scheduler(system_db, clock))
+
+    job = job_row(clean_db, job_id)
+    assert report.reaped_to_failed == 1
+    assert (job["state"], job["last_error"]["reason"]) == ("FAILED_TERMINAL", "attempts_exhausted")
+    assert job["finished_at"] is not None and job["lease_until"] is None
+    assert failed_events(clean_db) == [(job_id, "attempts_exhausted")]
+
+
+def test_an_expired_lease_whose_retry_could_not_finish_by_the_deadline_fails(
+    tenant, system_db, clock, clean_db
+):
+    job_id = submit(tenant, deadline_seconds=120)  # a retry needs 2 s of backoff + 120 s to run
+    lease_job(clean_db, job_id, attempt=1, lease_until=clock.now())
+    clock.advance(1)
+
+    run_scheduler(scheduler(system_db, clock))
+
+    job = job_row(clean_db, job_id)
+    assert (job["state"], job["last_error"]["reason"]) == ("FAILED_TERMINAL", "deadline_exceeded")
+
+
+def test_jobs_waiting_past_their_deadline_are_failed(tenant, system_db, clock, clean_db):
+    ready = submit(tenant, text="ready", deadline_seconds=60)
+    waiting = submit(tenant, text="waiting", deadline_seconds=60)
+    running = submit(tenant, text="running", deadline_seconds=600)
+    with psycopg.connect(clean_db) as conn:
+        conn.execute(
+            "UPDATE extraction_jobs SET state = 'RETRY_SCHEDULED', attempt = 1, next_attempt_at = now()"
+            " WHERE job_id = %s",
+            (waiting,),
+        )
+    lease_job(clean_db, running, attempt=1, lease_until=clock.now() + timedelta(minutes=30))
+    clock.advance(61)
+
+    report = run_scheduler(scheduler(system_db, clock))
+
+    assert report.expired == 2
+    assert job_row(clean_db, ready)["state"] == "FAILED_TERMINAL"
+    assert job_row(clean_db, waiting)["state"] == "FAILED_TERMINAL"
+    assert job_row(clean_db, running)["state"] == "RUNNING"
+    assert sorted(failed_events(clean_db)) == sorted(
+        [(ready, "deadline_exceeded"), (waiting, "deadline_exceeded")]
+    )
+
+
+def test_a_terminal_job_is_never_touched(tenant, system_db, clock, clean_db):
+    job_id = submit(tenant, deadline_seconds=60)
+    tenant.client.request("POST", f"/extraction-jobs/{job_id}/cancel")
+    before = job_row(clean_db, job_id)
+    clock.advance(3600)
+
+    run_scheduler(scheduler(system_db, clock))
+
+    assert job_row(clean_db, job_id) == before
+
+
+def test_two_schedulers_at_once_reap_each_job_once(tenant, system_db, clock, clean_db):
+    jobs = [submit(tenant, text=f"job {i}") for i in range(20)]
+    for job_id in jobs:
+        lease_job(clean_db, job_id, attempt=5, lease_until=clock.now())
+    clock.advance(1)
+    reports = []
+    threads = [
+        threading.Thread(target=lambda: reports.append(run_scheduler(scheduler(system_db, clock))))
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert sum(r.reaped_to_failed for r in reports) == 20
+    assert len(failed_events(clean_db)) == 20
+
+
+def test_backlog_metrics_report_runnable_work_and_ages(tenant, system_db, clock, clean_db):
+    submit(tenant, text="a")
+    submit(tenant, text="b")
+    with psycopg.connect(clean_db) as conn:
+        created = conn.execute("SELECT min(created_at) FROM extraction_jobs").fetchone()[0]
+    clock = FakeClock(created + timedelta(seconds=90))
+    metrics = RecordedMetrics()
+
+    report = run_scheduler(scheduler(system_db, clock, metrics))
+
+    assert report.runnable == 2
+    assert metrics.values["RunnableJobs"] == 2
+    assert metrics.values["OldestEligibleJobAge"] == pytest.approx(90, abs=1)
+    assert metrics.values["OldestUnpublishedOutboxAge"] == pytest.approx(90, abs=1)
+    assert metrics.values["UnpublishedOutboxEvents"] == 2

@@ -1,0 +1,57 @@
+"""Background loops for the local system: the relay (nudged, and swept on an interval) and the scheduler."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from aws_lambda_powertools import Logger
+
+logger = Logger(service="tollgate-local", child=True)
+
+
+class Loop:
+    """Calls ``step`` whenever ``wake`` is set or ``interval`` passes, until stopped. Errors are logged and
+    the loop goes on, as a scheduled Lambda would be invoked again."""
+
+    def __init__(
+        self, name: str, step: Callable[[], object], interval: float, wake: threading.Event | None = None
+    ) -> None:
+        self.name = name
+        self._step = step
+        self._interval = interval
+        self.wake = wake or threading.Event()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._stepped = threading.Condition()
+        self.steps = 0
+        self.last_result: object = None
+
+    def wait_for(self, predicate: Callable[[object], bool], timeout: float) -> bool:
+        """Blocks until a step's result satisfies ``predicate`` (or the timeout passes); no polling."""
+        with self._stepped:
+            return self._stepped.wait_for(lambda: self.steps > 0 and predicate(self.last_result), timeout)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.wake.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            self.wake.wait(self._interval)
+            self.wake.clear()
+            if self._stopped.is_set():
+                return
+            try:
+                result = self._step()
+            except Exception:
+                logger.exception("local loop step failed", extra={"loop": self.name})
+                continue
+            with self._stepped:
+                self.steps += 1
+                self.last_result = result
+                self._stepped.notify_all()
