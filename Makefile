@@ -11,9 +11,10 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 export UV_PYTHON_DOWNLOADS := never
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 PYTEST_WORKERS ?= 2
+STAGE ?= dev
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-runtime test lint unit integration infrastructure local demo synth bench openapi docs clean
+.PHONY: help setup setup-runtime test lint unit integration infrastructure local demo synth bench openapi docs deploy clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -51,9 +52,10 @@ local: setup-runtime ## Run the whole system in the foreground (API on http://12
 demo: setup-runtime ## Start the local system, drive it as tenants would, show the results, stop
 	$(VENV)/bin/tollgate local demo
 
-synth: setup ## Synthesize CloudFormation templates to cdk.out/ offline, with cdk-nag on
+synth: setup ## Synthesize CloudFormation templates to cdk.out/ offline, with cdk-nag on (STAGE=dev)
 	$(RUN) layers/build.py
-	$(RUN) app.py
+	rm -rf cdk.out
+	$(RUN) app.py -c stage=$(STAGE)
 
 bench: setup ## Run the benchmarks; results go to bench/results/
 	$(RUN) -m bench.acceptance
@@ -63,6 +65,9 @@ openapi: setup-runtime ## Regenerate the committed openapi.json from the routes
 
 docs: setup-runtime ## Regenerate README.md's configuration reference from the settings models
 	$(VENV)/bin/tollgate docs
+
+deploy: synth ## Deploy the stage's stacks with the CDK CLI (STAGE=dev; needs AWS credentials)
+	npx --yes aws-cdk@^2.1148 deploy --app cdk.out --all --require-approval broadening
 
 clean: ## Remove the virtualenv, local data and build output
 	rm -rf $(VENV) .tollgate cdk.out build .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,95 @@
+"""CDK entrypoint: builds one stage's stacks from context and checks them with cdk-nag while synthesizing.
+
+Runs under the CDK CLI (``cdk synth -c stage=prod``) or alone (``python app.py -c stage=prod``), offline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+from cdk_nag import AwsSolutionsChecks
+
+from stacks.api_stack import ApiStack
+from stacks.config import REPO_ROOT, StageConfig
+from stacks.data_stack import DataStack
+
+CDK_JSON = Path(__file__).resolve().parent / "cdk.json"
+
+
+def cdk_json_context() -> dict[str, Any]:
+    """The ``context`` of cdk.json, which the CLI would pass but a plain ``python app.py`` does not get."""
+    context: dict[str, Any] = json.loads(CDK_JSON.read_text())["context"]
+    return context
+
+
+def build_app(
+    context: Mapping[str, Any] | None = None, outdir: str | None = None, *, nag: bool = True
+) -> cdk.App:
+    """All stacks of one stage, with cdk-nag registered; ``context`` overrides cdk.json's.
+
+    ``nag=False`` exists for the template tests alone, to keep inspecting templates after cdk-nag fails.
+    """
+    app = cdk.App(
+        # The CLI tells the app where to write through CDK_OUTDIR; alone, the app writes to ./cdk.out.
+        outdir=outdir or os.environ.get("CDK_OUTDIR") or str(REPO_ROOT / "cdk.out"),
+        # Context passed here is only a default: the CLI's -c values still take precedence.
+        context={**cdk_json_context(), **(context or {})},
+    )
+    config = StageConfig.from_node(app.node)
+
+    data = DataStack(
+        app,
+        config.stack_name("Data"),
+        config=config,
+        description=f"Tollgate {config.stage}: network, Aurora PostgreSQL, RDS Proxy, documents bucket",
+    )
+    ApiStack(
+        app,
+        config.stack_name("Api"),
+        config=config,
+        vpc=data.vpc,
+        database_proxy=data.database_proxy,
+        database_secret=data.database_secret,
+        database_clients=data.database_clients,
+        documents_bucket=data.documents_bucket,
+        description=f"Tollgate {config.stage}: public REST API, authorizer, acceptance Lambda",
+    )
+
+    for key, value in (("project", "tollgate"), ("stage", config.stage)):
+        # CDK treats proxy target groups as taggable, CloudFormation's schema does not.
+        cdk.Tags.of(app).add(key, value, exclude_resource_types=["AWS::RDS::DBProxyTargetGroup"])
+    if nag:
+        cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))
+    return app
+
+
+def _parse_context(argv: Sequence[str]) -> dict[str, str]:
+    parser = argparse.ArgumentParser(description="Synthesize Tollgate's CloudFormation templates.")
+    parser.add_argument(
+        "-c",
+        "--context",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="context value, as with `cdk synth -c` (e.g. -c stage=prod)",
+    )
+    args = parser.parse_args(argv)
+    pairs = [item.partition("=") for item in args.context]
+    if any(not key or not sep for key, sep, _ in pairs):
+        parser.error("context values look like KEY=VALUE")
+    return {key: value for key, _, value in pairs}
+
+
+def main(argv: Sequence[str]) -> None:
+    build_app(context=_parse_context(argv)).synth()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

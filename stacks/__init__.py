@@ -1,0 +1,1 @@
+"""CDK stacks of Tollgate: one per owned concern, combined in ``app.py``."""

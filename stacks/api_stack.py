@@ -1,0 +1,271 @@
+"""ApiStack: the public REST API, its API-key authorizer and the acceptance Lambda behind it.
+
+Everything the stack connects to (VPC, proxy, secret, bucket) is passed in by ``app.py`` from DataStack.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_rds as rds
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_secretsmanager as secretsmanager
+from constructs import Construct
+
+from stacks.config import StageConfig, settings_environment
+from stacks.constructs.entrypoint_function import EntrypointFunction
+from stacks.constructs.lambda_packaging import DependenciesLayer, function_code
+from stacks.constructs.nag import acknowledge
+from stacks.constructs.problem_responses import ProblemGatewayResponses
+
+STAGE_NAME = "v1"
+# A bearer token with no whitespace; anything else is refused by API Gateway without invoking the authorizer.
+AUTHORIZATION_PATTERN = r"^[Bb][Ee][Aa][Rr][Ee][Rr] [^\s]+$"
+F = apigw.AccessLogField
+ACCESS_LOG_FIELDS = {
+    "requestId": F.context_request_id(),
+    "requestTime": F.context_request_time(),
+    "sourceIp": F.context_identity_source_ip(),
+    "httpMethod": F.context_http_method(),
+    "resourcePath": F.context_resource_path(),
+    "status": F.context_status(),
+    "protocol": F.context_protocol(),
+    "responseLength": F.context_response_length(),
+    "responseLatency": F.context_response_latency(),
+    "integrationLatency": F.context_integration_latency(),
+    "integrationStatus": F.context_integration_status(),
+    # The tenant and key as resolved by the authorizer, so support can follow one tenant's calls.
+    "tenantId": F.context_authorizer("tenant_id"),
+    "keyId": F.context_authorizer_principal_id(),
+    "authorizerStatus": F.context_authorizer_status(),
+    "authorizerError": F.context_authorizer_error(),
+    "errorType": F.context_error_response_type(),
+    "errorMessage": F.context_error_message(),
+    "apiKeyId": F.context_identity_api_key_id(),
+    "xrayTraceId": F.context_xray_trace_id(),
+}
+
+
+class ApiStack(cdk.Stack):
+    """Owns the REST API, its stage, usage plan, gateway responses, authorizer and API Lambda."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: StageConfig,
+        vpc: ec2.IVpc,
+        database_proxy: rds.IDatabaseProxy,
+        database_secret: secretsmanager.ISecret,
+        database_clients: ec2.ISecurityGroup,
+        documents_bucket: s3.IBucket,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, env=config.environment, **kwargs)
+        code = function_code()
+        layer = DependenciesLayer(self, "Dependencies", layer_dir=config.layer_dir).layer
+        database_environment = {
+            "DATABASE_SECRET_ARN": database_secret.secret_arn,
+            "DATABASE_HOST": database_proxy.endpoint,
+            # One request at a time per execution environment; RDS Proxy does the pooling across them.
+            "DATABASE_POOL_SIZE": "1",
+        }
+
+        self.api_handler = EntrypointFunction(
+            self,
+            "ApiHandler",
+            config=config,
+            entrypoint="api",
+            description="Tollgate extraction-jobs API",
+            code=code,
+            layer=layer,
+            vpc=vpc,
+            security_groups=[database_clients],
+            environment={
+                **database_environment,
+                "DOCUMENTS_BUCKET": config.documents_bucket_name,
+                **settings_environment(config.admission),
+                **settings_environment(config.jobs),
+            },
+            # Under API Gateway's 29-second integration timeout, so the client gets our error, not a 504.
+            timeout=cdk.Duration.seconds(25),
+            memory_size=1024,
+        )
+        self.authorizer_handler = EntrypointFunction(
+            self,
+            "AuthorizerHandler",
+            config=config,
+            entrypoint="authorizer",
+            description="Tollgate API-key authorizer",
+            code=code,
+            layer=layer,
+            vpc=vpc,
+            security_groups=[database_clients],
+            environment={**database_environment, **settings_environment(config.authorizer)},
+            timeout=cdk.Duration.seconds(10),
+        )
+        for handler in (self.api_handler, self.authorizer_handler):
+            database_secret.grant_read(handler.function)
+        self._grant_documents(config, documents_bucket)
+
+        self.api = self._rest_api(config)
+        self.usage_plan = self._usage_plan(config)
+        ProblemGatewayResponses(self, "Problems", api=self.api)
+        self._routes(config)
+        self._acknowledge_api_findings()
+
+        cdk.CfnOutput(self, "ApiUrl", value=self.api.url)
+        # Tenant provisioning attaches each tenant's usage identifier key to this plan.
+        cdk.CfnOutput(self, "UsagePlanId", value=self.usage_plan.usage_plan_id)
+
+    def _grant_documents(self, config: StageConfig, documents_bucket: s3.IBucket) -> None:
+        """Read and put (never delete) tenants' documents, with the bucket key's encrypt/decrypt."""
+        # The same bucket, referred to by its deterministic name: its ARN in this stack's policy is then
+        # built from local pseudo parameters, not from a cross-stack output whose name CDK derives from a
+        # hash. cdk-nag identifies each wildcard finding by that rendered ARN, so only a stable rendering
+        # can carry a precise acknowledgement.
+        documents = s3.Bucket.from_bucket_attributes(
+            self,
+            "DocumentsBucket",
+            bucket_name=config.documents_bucket_name,
+            encryption_key=documents_bucket.encryption_key,
+        )
+        function = self.api_handler.function
+        documents.grant_read(function)
+        documents.grant_put(function)
+
+        role = function.role
+        assert role is not None
+        # The bucket's object ARN as cdk-nag renders it: pseudo parameters appear as <AWS::...>.
+        bucket_name = config.documents_bucket_name_in("<AWS::AccountId>", "<AWS::Region>")
+        objects = f"arn:<AWS::Partition>:s3:::{bucket_name}/*"
+        same_bucket = "and the statement names only this stage's documents bucket."
+        wildcard_reasons = {
+            f"Resource::{objects}": (
+                "Objects are keyed per tenant and per document, so the function needs every key of this one "
+                "bucket; tenant isolation is enforced by the application and PostgreSQL row-level security."
+            ),
+            "Action::s3:GetObject*": f"From grant_read: GetObject and its version variants, {same_bucket}",
+            "Action::s3:GetBucket*": f"From grant_read: bucket metadata such as versioning, {same_bucket}",
+            "Action::s3:List*": f"From grant_read: a missing key answers 404 instead of 403, {same_bucket}",
+            "Action::s3:Abort*": f"From grant_put: aborting its own multipart uploads, {same_bucket}",
+            "Action::kms:GenerateDataKey*": (
+                "From grant_put: data keys to encrypt new objects, from the documents bucket's own key only."
+            ),
+            "Action::kms:ReEncrypt*": (
+                "From CDK's KMS encrypt/decrypt grant on the documents bucket's own key; no other key named."
+            ),
+        }
+        for finding, reason in wildcard_reasons.items():
+            acknowledge(role, f"AwsSolutions-IAM5[{finding}]", reason)
+
+    def _rest_api(self, config: StageConfig) -> apigw.RestApi:
+        self.access_logs = logs.LogGroup(
+            self,
+            "AccessLogs",
+            retention=config.log_retention_days,
+            removal_policy=config.cdk_removal_policy,
+        )
+        return apigw.RestApi(
+            self,
+            "Api",
+            rest_api_name=f"tollgate-{config.stage}",
+            description="Tollgate: asynchronous, rate-limited LLM extraction jobs",
+            endpoint_types=[apigw.EndpointType.REGIONAL],
+            # The authorizer names the tenant's usage-plan key (usageIdentifierKey), so tenants send one
+            # credential, not two; it takes effect where a method requires a key (enforce_usage_plan).
+            api_key_source_type=apigw.ApiKeySourceType.AUTHORIZER,
+            cloud_watch_role=False,
+            deploy_options=apigw.StageOptions(
+                stage_name=STAGE_NAME,
+                access_log_destination=apigw.LogGroupLogDestination(self.access_logs),
+                access_log_format=apigw.AccessLogFormat.custom(json.dumps(ACCESS_LOG_FIELDS)),
+                tracing_enabled=True,
+                metrics_enabled=True,
+                throttling_rate_limit=config.api_throttle_rate,
+                throttling_burst_limit=config.api_throttle_burst,
+            ),
+        )
+
+    def _acknowledge_api_findings(self) -> None:
+        acknowledgements = {
+            "AwsSolutions-COG4": (
+                "Tenants are machines, not users: they authenticate with API keys checked by the Lambda "
+                "TOKEN authorizer against hashed keys in PostgreSQL, so there is no Cognito user pool."
+            ),
+            "AwsSolutions-APIG2": (
+                "Requests are validated by the API Lambda (pydantic models, size limits), which answers "
+                "every rejection with the documented problem+json type; gateway-level validation would "
+                "answer the same mistakes with a different, undocumented body."
+            ),
+            "AwsSolutions-APIG6": (
+                "Execution logging needs the account-wide API Gateway CloudWatch role "
+                "(AWS::ApiGateway::Account), a singleton a per-stage stack must not own. The stage has "
+                "access logs with authorizer and integration status and error fields, plus X-Ray tracing."
+            ),
+            "AwsSolutions-APIG3": (
+                "No WAF web ACL yet: the API is protected by the key authorizer and stage throttling (and "
+                "per-tenant usage plans once enforce_usage_plan is on). A web ACL, with the body-size rule "
+                "relaxed for inline documents up to MAX_DOCUMENT_BYTES, is follow-up work."
+            ),
+        }
+        for rule, reason in acknowledgements.items():
+            acknowledge(self.api, rule, reason)
+
+    def _usage_plan(self, config: StageConfig) -> apigw.UsagePlan:
+        plan = self.api.add_usage_plan(
+            "TenantPlan",
+            name=f"tollgate-{config.stage}-tenants",
+            description="Default per-tenant limits; each tenant's key is attached when the tenant is created",
+            throttle=apigw.ThrottleSettings(
+                rate_limit=config.usage_plan_rate, burst_limit=config.usage_plan_burst
+            ),
+            quota=apigw.QuotaSettings(limit=config.usage_plan_daily_quota, period=apigw.Period.DAY),
+        )
+        plan.add_api_stage(stage=self.api.deployment_stage)
+        return plan
+
+    def _routes(self, config: StageConfig) -> None:
+        authorizer = apigw.TokenAuthorizer(
+            self,
+            "ApiKeyAuthorizer",
+            handler=self.authorizer_handler.function,
+            identity_source=apigw.IdentitySource.header("Authorization"),
+            validation_regex=AUTHORIZATION_PATTERN,
+            results_cache_ttl=cdk.Duration.seconds(config.authorizer_cache_ttl_seconds),
+        )
+        # One integration for every route; the Lambda routes by method and path itself. Test invocations
+        # from the console are not needed, which halves the invoke permissions.
+        integration = apigw.LambdaIntegration(self.api_handler.function, allow_test_invoke=False)
+        protected: dict[str, Any] = {
+            "authorizer": authorizer,
+            "authorization_type": apigw.AuthorizationType.CUSTOM,
+            "api_key_required": config.enforce_usage_plan,
+        }
+
+        jobs = self.api.root.add_resource("extraction-jobs")
+        jobs.add_method("POST", integration, **protected)
+        jobs.add_method("GET", integration, **protected)
+        job = jobs.add_resource("{id}")
+        job.add_method("GET", integration, **protected)
+        job.add_resource("result").add_method("GET", integration, **protected)
+        job.add_resource("cancel").add_method("POST", integration, **protected)
+
+        openapi = self.api.root.add_resource("openapi.json").add_method(
+            "GET",
+            integration,
+            authorization_type=apigw.AuthorizationType.NONE,
+            api_key_required=False,
+        )
+        acknowledge(
+            openapi,
+            "AwsSolutions-APIG4",
+            "GET /openapi.json serves the public description of the API so clients can generate code; "
+            "the API Lambda renders it from its route definitions and reads no tenant data for it.",
+        )

@@ -1,0 +1,1 @@
+"""Reusable CDK constructs the Tollgate stacks are built from."""

@@ -1,0 +1,252 @@
+"""DataStack: the network and everything that keeps state (Aurora PostgreSQL, RDS Proxy, documents bucket).
+
+It also applies the SQL migrations on deploy, so a stack that depends on it finds the schema in place.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_rds as rds
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_secretsmanager as secretsmanager
+from constructs import Construct
+
+from stacks.config import StageConfig
+from stacks.constructs.database_migrations import DatabaseMigrations
+from stacks.constructs.lambda_packaging import DependenciesLayer, function_code
+from stacks.constructs.nag import acknowledge
+
+POSTGRES_ENGINE = rds.DatabaseClusterEngine.aurora_postgres(version=rds.AuroraPostgresEngineVersion.VER_17_9)
+# PostgreSQL's default port on purpose: RDS Proxy always listens on 5432, and clients take the port from
+# the secret, so the cluster must use the same one for the secret to work against both.
+POSTGRES_PORT = 5432
+DATABASE_NAME = "tollgate"
+ADMIN_USER = "tollgate_admin"
+ISOLATED = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
+
+
+class DataStack(cdk.Stack):
+    """Owns the VPC, the database and the documents bucket; exposes what other stacks connect to."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig, **kwargs: Any) -> None:
+        super().__init__(scope, construct_id, env=config.environment, **kwargs)
+        self.config = config
+
+        self.vpc = self._network()
+        # Two client groups: application code reaches PostgreSQL only through the proxy; the migration
+        # runner alone talks to the cluster directly.
+        self.database_clients = ec2.SecurityGroup(
+            self,
+            "DatabaseClients",
+            vpc=self.vpc,
+            description="Tollgate compute that uses PostgreSQL through RDS Proxy",
+            # Isolated subnets have no route out; egress can only reach the VPC and its endpoints.
+            allow_all_outbound=True,
+        )
+        self.migration_clients = ec2.SecurityGroup(
+            self,
+            "MigrationClients",
+            vpc=self.vpc,
+            description="The migration runner, which connects to the Aurora writer directly",
+            allow_all_outbound=True,
+        )
+        proxy_security_group = ec2.SecurityGroup(
+            self, "ProxySecurityGroup", vpc=self.vpc, description="RDS Proxy in front of Aurora"
+        )
+
+        # Endpoints admit our own security groups only, not the whole VPC CIDR.
+        self.secrets_manager_endpoint = self.vpc.add_interface_endpoint(
+            "SecretsManager",
+            service=ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER,
+            subnets=ISOLATED,
+            open=False,
+        )
+        self.logs_endpoint = self.vpc.add_interface_endpoint(
+            "CloudWatchLogs",
+            service=ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
+            subnets=ISOLATED,
+            open=False,
+        )
+        # Traces leave isolated subnets only through an endpoint; the ECS worker's SDK needs it too.
+        self.xray_endpoint = self.vpc.add_interface_endpoint(
+            "XRay",
+            service=ec2.InterfaceVpcEndpointAwsService.XRAY,
+            subnets=ISOLATED,
+            open=False,
+        )
+        for clients in (self.database_clients, self.migration_clients, proxy_security_group):
+            self.secrets_manager_endpoint.connections.allow_default_port_from(clients)
+        for clients in (self.database_clients, self.migration_clients):
+            self.logs_endpoint.connections.allow_default_port_from(clients)
+            self.xray_endpoint.connections.allow_default_port_from(clients)
+        self.vpc.add_gateway_endpoint("S3", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=[ISOLATED])
+
+        self.access_logs_bucket, self.documents_key, self.documents_bucket = self._storage()
+        self.vpc.add_flow_log(
+            "FlowLogs",
+            destination=ec2.FlowLogDestination.to_s3(self.access_logs_bucket, "vpc-flow-logs/"),
+            traffic_type=ec2.FlowLogTrafficType.ALL,
+        )
+        self.database_cluster = self._database()
+        secret = self.database_cluster.secret
+        assert secret is not None, "the cluster is created with a generated secret"
+        self.database_secret: secretsmanager.ISecret = secret
+
+        self.database_proxy = self.database_cluster.add_proxy(
+            "Proxy",
+            vpc=self.vpc,
+            vpc_subnets=ISOLATED,
+            secrets=[self.database_secret],
+            require_tls=True,
+            # Clients log in with the secret's password (DatabaseSettings), so proxy IAM auth stays off.
+            iam_auth=False,
+            security_groups=[proxy_security_group],
+            debug_logging=False,
+        )
+        self.database_proxy.connections.allow_from(
+            self.database_clients, ec2.Port.tcp(POSTGRES_PORT), "Tollgate compute"
+        )
+        self.database_cluster.connections.allow_default_port_from(self.database_proxy, "RDS Proxy")
+        self.database_cluster.connections.allow_default_port_from(self.migration_clients, "Migrations")
+
+        self.migrations = DatabaseMigrations(
+            self,
+            "Migrations",
+            config=config,
+            code=function_code(),
+            layer=DependenciesLayer(self, "Dependencies", layer_dir=config.layer_dir).layer,
+            vpc=self.vpc,
+            security_groups=[self.migration_clients],
+            cluster=self.database_cluster,
+        )
+
+        cdk.CfnOutput(self, "DocumentsBucketName", value=self.documents_bucket.bucket_name)
+        cdk.CfnOutput(self, "DatabaseProxyEndpoint", value=self.database_proxy.endpoint)
+
+    def _network(self) -> ec2.Vpc:
+        return ec2.Vpc(
+            self,
+            "Vpc",
+            ip_addresses=ec2.IpAddresses.cidr(self.config.vpc_cidr),
+            max_azs=self.config.max_azs,
+            # No NAT and no internet gateway: everything the Lambdas call is reached through endpoints.
+            nat_gateways=0,
+            subnet_configuration=[
+                ec2.SubnetConfiguration(
+                    name="isolated", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED, cidr_mask=22
+                )
+            ],
+        )
+
+    def _storage(self) -> tuple[s3.Bucket, kms.Key, s3.Bucket]:
+        removal_policy = self.config.cdk_removal_policy
+        # Old versions outlive any job that may still read them (its deadline) plus a week for support
+        # redrives; at least 30 days.
+        max_deadline_days = math.ceil(self.config.jobs.max_deadline_seconds / 86_400)
+        noncurrent_days = max(30, max_deadline_days + 7)
+        access_logs = s3.Bucket(
+            self,
+            "AccessLogs",
+            # S3 server access logging can only deliver to SSE-S3 buckets, not SSE-KMS.
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            enforce_ssl=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            lifecycle_rules=[s3.LifecycleRule(expiration=cdk.Duration.days(365))],
+            removal_policy=removal_policy,
+        )
+        key = kms.Key(
+            self,
+            "DocumentsKey",
+            description="Encrypts tenants' documents in the Tollgate documents bucket",
+            enable_key_rotation=True,
+            removal_policy=removal_policy,
+        )
+        documents = s3.Bucket(
+            self,
+            "Documents",
+            # Named so other stacks can refer to it without a cross-stack token (see ApiStack).
+            bucket_name=self.config.documents_bucket_name,
+            encryption=s3.BucketEncryption.KMS,
+            encryption_key=key,
+            # One data key per bucket instead of one KMS call per object.
+            bucket_key_enabled=True,
+            # A document's identity includes its version, so a retried job reads exactly what was submitted.
+            versioned=True,
+            enforce_ssl=True,
+            minimum_tls_version=1.2,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            server_access_logs_bucket=access_logs,
+            server_access_logs_prefix="documents/",
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    abort_incomplete_multipart_upload_after=cdk.Duration.days(1),
+                    noncurrent_version_expiration=cdk.Duration.days(noncurrent_days),
+                )
+            ],
+            removal_policy=removal_policy,
+        )
+        return access_logs, key, documents
+
+    def _database(self) -> rds.DatabaseCluster:
+        config = self.config
+        cluster_identifier = f"tollgate-{config.stage}"
+        # Created here rather than by RDS so the exported PostgreSQL log gets a retention period; the
+        # name RDS writes to is fixed by the cluster identifier.
+        postgres_log = logs.LogGroup(
+            self,
+            "PostgresLog",
+            log_group_name=f"/aws/rds/cluster/{cluster_identifier}/postgresql",
+            retention=config.log_retention_days,
+            removal_policy=config.cdk_removal_policy,
+        )
+        readers = [
+            rds.ClusterInstance.serverless_v2(f"reader{index}", scale_with_writer=True)
+            for index in range(1, config.aurora_readers + 1)
+        ]
+        cluster = rds.DatabaseCluster(
+            self,
+            "Database",
+            cluster_identifier=cluster_identifier,
+            engine=POSTGRES_ENGINE,
+            writer=rds.ClusterInstance.serverless_v2("writer"),
+            readers=readers,
+            serverless_v2_min_capacity=config.aurora_min_acu,
+            serverless_v2_max_capacity=config.aurora_max_acu,
+            vpc=self.vpc,
+            vpc_subnets=ISOLATED,
+            port=POSTGRES_PORT,
+            default_database_name=DATABASE_NAME,
+            credentials=rds.Credentials.from_generated_secret(ADMIN_USER),
+            storage_encrypted=True,
+            iam_authentication=config.iam_database_authentication,
+            parameters={"rds.force_ssl": "1"},
+            backup=rds.BackupProps(retention=cdk.Duration.days(config.backup_retention_days)),
+            deletion_protection=config.retains_data,
+            copy_tags_to_snapshot=True,
+            cloudwatch_logs_exports=["postgresql"],
+            # Kept in stages that retain data; elsewhere deleting the stack still leaves a final snapshot.
+            removal_policy=cdk.RemovalPolicy.RETAIN if config.retains_data else cdk.RemovalPolicy.SNAPSHOT,
+        )
+        cluster.node.add_dependency(postgres_log)
+        if not config.retains_data:
+            acknowledge(
+                cluster,
+                "AwsSolutions-RDS10",
+                f"Stage {config.stage} has removal_policy=destroy: its cluster is disposable and is "
+                "snapshotted on delete. Stages with removal_policy=retain (prod) turn deletion protection "
+                "on.",
+            )
+        cluster.add_rotation_single_user(
+            automatically_after=cdk.Duration.days(30),
+            endpoint=self.secrets_manager_endpoint,
+            vpc_subnets=ISOLATED,
+        )
+        return cluster

@@ -1,0 +1,73 @@
+"""Small readers for synthesized CloudFormation templates, shared by the infrastructure tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+Template = dict[str, Any]
+
+
+def resources(template: Template, resource_type: str) -> dict[str, dict[str, Any]]:
+    """Logical id -> resource, for every resource of one type."""
+    return {
+        logical_id: resource
+        for logical_id, resource in template["Resources"].items()
+        if resource["Type"] == resource_type
+    }
+
+
+def only(template: Template, resource_type: str, **properties: Any) -> tuple[str, dict[str, Any]]:
+    """The single resource of a type whose properties include ``properties``."""
+    matches = [
+        (logical_id, resource)
+        for logical_id, resource in resources(template, resource_type).items()
+        if all(resource.get("Properties", {}).get(key) == value for key, value in properties.items())
+    ]
+    assert len(matches) == 1, f"expected one {resource_type} with {properties}, found {len(matches)}"
+    return matches[0]
+
+
+def function_by_handler(template: Template, handler: str) -> tuple[str, dict[str, Any]]:
+    return only(template, "AWS::Lambda::Function", Handler=handler)
+
+
+def policy_statements(template: Template) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(owner logical id, statement) for every identity-based statement: policies and inline role policies."""
+    for logical_id, policy in resources(template, "AWS::IAM::Policy").items():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            yield logical_id, statement
+    for logical_id, role in resources(template, "AWS::IAM::Role").items():
+        for policy in role["Properties"].get("Policies", []):
+            for statement in policy["PolicyDocument"]["Statement"]:
+                yield logical_id, statement
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def references(value: Any, logical_id: str) -> bool:
+    """Whether an intrinsic (Ref, Fn::GetAtt, Fn::Join ...) anywhere in ``value`` names ``logical_id``."""
+    if isinstance(value, dict):
+        if value.get("Ref") == logical_id:
+            return True
+        get_att = value.get("Fn::GetAtt")
+        if isinstance(get_att, list) and get_att and get_att[0] == logical_id:
+            return True
+        return any(references(item, logical_id) for item in value.values())
+    if isinstance(value, list):
+        return any(references(item, logical_id) for item in value)
+    return False
+
+
+def render(value: Any) -> str:
+    """A readable string for a value made of Fn::Join and Ref, e.g. ``arn:${AWS::Partition}:s3:::name``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "Ref" in value:
+        return "${" + value["Ref"] + "}"
+    if isinstance(value, dict) and "Fn::Join" in value:
+        separator, parts = value["Fn::Join"]
+        return str(separator).join(render(part) for part in parts)
+    raise ValueError(f"cannot render {value!r}")

@@ -1,0 +1,74 @@
+"""Synthesizes the whole app once per test session (with cdk-nag on) and hands out the stacks' templates.
+
+The layer folder is an empty temporary directory, so the suite never needs ``layers/build.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+
+# Before aws_cdk starts its Node process: the warning about Node 20 is noise in test output.
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+
+import aws_cdk as cdk
+from aws_cdk.assertions import Template
+
+from app import build_app
+from stacks.api_stack import ApiStack
+from stacks.config import StageConfig
+from stacks.data_stack import DataStack
+from tests.infrastructure.synth import Synthesized
+
+
+@pytest.fixture(scope="session")
+def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    context = {"stage": "dev", "layer_dir": str(tmp_path_factory.mktemp("layer"))}
+    outdir = checked_outdir = tmp_path_factory.mktemp("cdk.out")
+    app = build_app(context=context, outdir=str(outdir))
+    validation_error: Exception | None = None
+    try:
+        app.synth()
+    except RuntimeError as error:
+        # Keep the template tests meaningful when cdk-nag fails; its own test reports the failure.
+        validation_error = error
+        outdir = tmp_path_factory.mktemp("cdk.out.unchecked")
+        app = build_app(context=context, outdir=str(outdir), nag=False)
+        app.synth()
+    # Written by the checked synth whether it passed or failed.
+    report = json.loads((checked_outdir / "validation-report.json").read_text())
+    stacks = {type(child): child for child in app.node.children if isinstance(child, cdk.Stack)}
+    return Synthesized(
+        app=app,
+        config=StageConfig.from_node(app.node),
+        outdir=outdir,
+        data_stack=stacks[DataStack],
+        api_stack=stacks[ApiStack],
+        validation_error=validation_error,
+        validation_report=report,
+    )
+
+
+@pytest.fixture(scope="session")
+def config(synthesized: Synthesized) -> StageConfig:
+    return synthesized.config
+
+
+@pytest.fixture(scope="session")
+def data_template(synthesized: Synthesized) -> dict[str, Any]:
+    template: dict[str, Any] = Template.from_stack(synthesized.data_stack).to_json()
+    return template
+
+
+@pytest.fixture(scope="session")
+def api_template(synthesized: Synthesized) -> dict[str, Any]:
+    template: dict[str, Any] = Template.from_stack(synthesized.api_stack).to_json()
+    return template
+
+
+@pytest.fixture(scope="session")
+def validation_report(synthesized: Synthesized) -> dict[str, Any]:
+    return synthesized.validation_report

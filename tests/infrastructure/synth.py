@@ -1,0 +1,26 @@
+"""What the session's single synth hands to the infrastructure tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+
+from stacks.api_stack import ApiStack
+from stacks.config import StageConfig
+from stacks.data_stack import DataStack
+
+
+@dataclass(frozen=True)
+class Synthesized:
+    app: cdk.App
+    config: StageConfig
+    outdir: Path
+    data_stack: DataStack
+    api_stack: ApiStack
+    # The exception synth raised with validation on (cdk-nag), or None when it passed.
+    validation_error: Exception | None
+    # cdk.out/validation-report.json of that synth: violations, and suppressed ones with their reasons.
+    validation_report: dict[str, Any]

@@ -1,0 +1,168 @@
+"""The whole app: cdk-nag passes with written acknowledgements, and the Lambda artifacts hold what they should."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from stacks.config import REPO_ROOT
+from stacks.constructs.lambda_packaging import LAMBDA_ARCHITECTURE, LAMBDA_RUNTIME, RUNTIME_FOLDERS
+from stacks.constructs.nag import NAG_PACK
+from tests.infrastructure.cfn import resources
+from tests.infrastructure.synth import Synthesized
+
+pytestmark = pytest.mark.infrastructure
+
+ACKNOWLEDGED_RULES = "aws:cdk:acknowledged-rules"
+
+
+def test_synth_passes_cdk_nag(synthesized: Synthesized, validation_report: dict[str, Any]) -> None:
+    assert synthesized.validation_error is None, f"cdk-nag failed synth: {synthesized.validation_error}"
+    unresolved = [
+        (report.get("pluginName"), violation.get("ruleName"))
+        for report in validation_report["pluginReports"]
+        for violation in report.get("violations", [])
+    ]
+    assert unresolved == []
+
+
+def _acknowledgements(synthesized: Synthesized) -> list[tuple[str, str, str]]:
+    """(construct path, qualified rule id, reason) of every cdk-nag acknowledgement in the app.
+
+    CDK acknowledges a few of its own CloudFormation-Validate findings; those are not ours to judge.
+    """
+    return [
+        (construct.node.path, rule, reason)
+        for construct in synthesized.app.node.find_all()
+        for entry in construct.node.metadata
+        if entry.type == ACKNOWLEDGED_RULES
+        for rule, reason in entry.data.items()
+        if rule.startswith(f"{NAG_PACK}::")
+    ]
+
+
+def test_every_acknowledgement_gives_a_specific_reason(synthesized: Synthesized) -> None:
+    acknowledgements = _acknowledgements(synthesized)
+
+    assert acknowledgements, "the stacks are expected to acknowledge some cdk-nag findings"
+    assert [(path, rule) for path, rule, reason in acknowledgements if len(reason.split()) < 12] == []
+
+
+def test_every_acknowledgement_matches_a_finding(
+    synthesized: Synthesized, validation_report: dict[str, Any]
+) -> None:
+    """A stale acknowledgement would silently cover the next, different problem at the same place."""
+    suppressed = {
+        (violation["acknowledgedAt"], violation["acknowledgedId"])
+        for report in validation_report["pluginReports"]
+        for violation in report.get("suppressedViolations", [])
+    }
+
+    unused = [
+        (path, rule) for path, rule, _ in _acknowledgements(synthesized) if (path, rule) not in suppressed
+    ]
+
+    assert unused == []
+
+
+def test_stacks_are_named_after_the_stage(synthesized: Synthesized) -> None:
+    assert synthesized.data_stack.stack_name == "Tollgate-dev-Data"
+    assert synthesized.api_stack.stack_name == "Tollgate-dev-Api"
+
+
+def test_resources_carry_project_and_stage_tags(api_template: dict[str, Any]) -> None:
+    (function,) = [
+        f
+        for f in resources(api_template, "AWS::Lambda::Function").values()
+        if f["Properties"]["Handler"] == "functions.api.handler.lambda_handler"
+    ]
+
+    assert {"Key": "project", "Value": "tollgate"} in function["Properties"]["Tags"]
+    assert {"Key": "stage", "Value": "dev"} in function["Properties"]["Tags"]
+
+
+def _code_asset(synthesized: Synthesized, template: dict[str, Any]) -> Path:
+    keys = {
+        f["Properties"]["Code"]["S3Key"]
+        for f in resources(template, "AWS::Lambda::Function").values()
+        if f["Properties"]["Handler"].startswith("functions.")
+    }
+    assert len(keys) == 1, "every Tollgate function shares one code asset"
+    return synthesized.outdir / f"asset.{keys.pop().removesuffix('.zip')}"
+
+
+def test_code_asset_holds_only_the_runtime_packages(
+    synthesized: Synthesized, api_template: dict[str, Any]
+) -> None:
+    asset = _code_asset(synthesized, api_template)
+    files = [path.relative_to(asset) for path in asset.rglob("*") if path.is_file()]
+
+    assert {path.parts[0] for path in files} <= set(RUNTIME_FOLDERS)
+    assert not [path for path in files if "__pycache__" in path.parts or path.suffix == ".pyc"]
+    for entrypoint in ("api", "authorizer", "migrate"):
+        assert (asset / "functions" / entrypoint / "handler.py").is_file()
+    assert (asset / "tollgate" / "settings.py").is_file()
+
+
+def test_both_stacks_use_the_same_code_asset(
+    synthesized: Synthesized, api_template: dict[str, Any], data_template: dict[str, Any]
+) -> None:
+    assert _code_asset(synthesized, api_template) == _code_asset(synthesized, data_template)
+
+
+def _layer_build_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("layer_build", REPO_ROOT / "layers" / "build.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_layer_is_built_for_the_functions_runtime_and_architecture(
+    api_template: dict[str, Any], data_template: dict[str, Any]
+) -> None:
+    build = _layer_build_script()
+
+    assert LAMBDA_RUNTIME.name == f"python{build.PYTHON_VERSION}"
+    assert build.PIP_PLATFORM.endswith("_aarch64") and LAMBDA_ARCHITECTURE.name == "arm64"
+    for template in (api_template, data_template):
+        for layer in resources(template, "AWS::Lambda::LayerVersion").values():
+            assert layer["Properties"]["CompatibleRuntimes"] == [LAMBDA_RUNTIME.name]
+            assert layer["Properties"]["CompatibleArchitectures"] == [LAMBDA_ARCHITECTURE.name]
+        for function in resources(template, "AWS::Lambda::Function").values():
+            if function["Properties"]["Handler"].startswith("functions."):
+                assert function["Properties"]["Runtime"] == LAMBDA_RUNTIME.name
+                assert function["Properties"]["Architectures"] == [LAMBDA_ARCHITECTURE.name]
+                assert len(function["Properties"]["Layers"]) == 1
+
+
+def test_layer_takes_runtime_dependencies_and_no_cdk_packages() -> None:
+    build = _layer_build_script()
+
+    names = {build.requirement_name(r) for r in build.runtime_requirements()}
+
+    assert {"pydantic", "psycopg", "aws-lambda-powertools"} <= names
+    assert not names & build.FORBIDDEN
+
+
+def test_layer_build_refuses_cdk_packages_in_runtime_dependencies(tmp_path: Path) -> None:
+    build = _layer_build_script()
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "x"\ndependencies = ["pydantic>=2", "aws_cdk_lib>=2.200"]\n')
+
+    with pytest.raises(SystemExit, match="aws-cdk-lib"):
+        build.runtime_requirements(pyproject)
+
+
+def test_layer_build_asks_for_lambda_wheels_only(tmp_path: Path) -> None:
+    build = _layer_build_script()
+
+    command = build.install_command(["pydantic>=2"], tmp_path, "3.13")
+
+    assert "3.13" in command and str(tmp_path) in command and command[-1] == "pydantic>=2"
+    assert any(flag in command for flag in ("--only-binary=:all:", ":all:"))
+    assert build.PIP_PLATFORM in command or build.UV_PLATFORM in command
