@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings
@@ -28,6 +30,8 @@ START, END = "<!-- configuration:start -->", "<!-- configuration:end -->"
 
 
 def _default(field: FieldInfo) -> str:
+    if field.default_factory is not None:
+        return "derived at start"
     if field.default is PydanticUndefined:
         return "required"
     if field.default is None or field.default == "":
@@ -35,6 +39,8 @@ def _default(field: FieldInfo) -> str:
     value = field.default
     if hasattr(value, "relative_to"):
         value = value.relative_to(REPO_ROOT)
+    if isinstance(value, dict | list):
+        value = json.dumps(value, separators=(",", ":"))
     return f"`{value}`"
 
 

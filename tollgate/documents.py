@@ -116,3 +116,11 @@ def document_from_reference(
     if not pages:
         raise DocumentUnavailable("the referenced object holds no text")
     return canonicalize(pages)
+
+
+def pages_from_canonical(body: bytes) -> tuple[str, ...]:
+    """The pages of a stored document (the canonical JSON written at acceptance)."""
+    data = json.loads(body)
+    if data.get("format") != DOCUMENT_FORMAT:
+        raise DocumentUnavailable(f"stored document has format {data.get('format')!r}")
+    return tuple(data["pages"])

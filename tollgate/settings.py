@@ -6,6 +6,8 @@ set exactly these variables; an infrastructure test compares each function's env
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 
 from pydantic import Field, SecretStr, model_validator
@@ -61,7 +63,17 @@ class AdmissionSettings(BaseSettings):
     )
 
 
-class ApiSettings(DatabaseSettings, AdmissionSettings):
+class ExtractionSettings(BaseSettings):
+    """Shared by acceptance (it estimates tokens) and the worker (it asks for at most this many)."""
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    max_output_tokens: int = Field(
+        default=4096, ge=1, description="Completion tokens reserved per attempt (part of the estimate)."
+    )
+
+
+class ApiSettings(DatabaseSettings, AdmissionSettings, ExtractionSettings):
     """The acceptance API Lambda."""
 
     documents_bucket: str = Field(description="Versioned S3 bucket holding tenants' documents.")
@@ -73,9 +85,6 @@ class ApiSettings(DatabaseSettings, AdmissionSettings):
     )
     max_deadline_seconds: int = Field(default=7 * 24 * 3600, ge=60, description="Longest deadline allowed.")
     default_max_attempts: int = Field(default=5, ge=1, le=50, description="Attempt budget of a new job.")
-    max_output_tokens: int = Field(
-        default=4096, ge=1, description="Completion tokens reserved per attempt (part of the estimate)."
-    )
     relay_function_name: str | None = Field(
         default=None, description="Outbox relay function nudged (asynchronously) after each accepted job."
     )
@@ -138,11 +147,56 @@ class SchedulerSettings(SystemDatabaseSettings, RetrySettings):
     scheduler_batch_size: int = Field(default=500, ge=1, description="Jobs reaped or expired per pass.")
 
 
-class WorkerSettings(SystemDatabaseSettings, RetrySettings):
-    """The ECS worker."""
+class WorkerSettings(SystemDatabaseSettings, RetrySettings, ExtractionSettings):
+    """The ECS worker: ingress consumer and execution slots."""
 
     jobs_queue_url: str = Field(description="URL of the jobs SQS FIFO queue.")
+    documents_bucket: str = Field(description="Versioned S3 bucket holding tenants' documents.")
     ingress_wait_seconds: int = Field(default=20, ge=0, le=20, description="SQS long-poll wait.")
     ingress_failure_visibility_seconds: int = Field(
         default=30, ge=0, description="Delay before a message that failed is received again."
+    )
+    openai_api_key: SecretStr | None = Field(
+        default=None, description="OpenAI API key; unset locally means the built-in simulated provider."
+    )
+    openai_base_url: str | None = Field(
+        default=None, description="Any OpenAI-compatible endpoint instead of OpenAI's own."
+    )
+    model_small: str = Field(default="gpt-4.1-mini", description="Model for simple invoices.")
+    model_large: str = Field(default="gpt-4.1", description="Model for long or complex invoices.")
+    small_model_max_chars: int = Field(
+        default=6000,
+        ge=0,
+        description="Invoices up to this many characters and 1 page go to the small model.",
+    )
+    model_prices: dict[str, tuple[float, float]] = Field(
+        default={"gpt-4.1-mini": (0.40, 1.60), "gpt-4.1": (2.00, 8.00)},
+        description="USD per million input and output tokens, per model (JSON); check the provider's prices.",
+    )
+    execution_slots: int = Field(default=4, ge=1, le=256, description="Attempts one worker runs at once.")
+    lease_seconds: int = Field(default=60, ge=5, description="Lease on a claimed job; heartbeats extend it.")
+    heartbeat_seconds: float = Field(default=15.0, gt=0, description="How often a running attempt renews.")
+    tenant_max_in_flight: int = Field(
+        default=8, ge=1, description="Running jobs per tenant across all workers (fairness cap)."
+    )
+    claim_idle_seconds: float = Field(
+        default=2.0, gt=0, description="Wait between claims when nothing is runnable (or until nudged)."
+    )
+    provider_pool: str = Field(
+        default="openai:default", description="Scope of the provider budget: provider project + model pool."
+    )
+    provider_requests_per_minute: float = Field(default=500, gt=0, description="Budget: requests per minute.")
+    provider_tokens_per_minute: float = Field(default=200_000, gt=0, description="Budget: tokens per minute.")
+    provider_max_in_flight: int = Field(default=50, ge=1, description="Budget: calls in flight at once.")
+    drain_seconds: float = Field(
+        default=100.0,
+        ge=0,
+        description="On SIGTERM, how long in-flight attempts may run before being handed back.",
+    )
+    crashpoints: frozenset[str] = Field(
+        default=frozenset(), description="Fault injection for tests and chaos runs only: die at these points."
+    )
+    worker_id: str = Field(
+        default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}",
+        description="Names this process in leases and attempt records.",
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import boto3
+import openai
 
 from tollgate.acceptance.service import AcceptanceDeps
 from tollgate.api.app import ApiDeps
@@ -14,7 +15,11 @@ from tollgate.db import Database, build_database
 from tollgate.documents import S3DocumentStore
 from tollgate.events import EXTRACTION_REQUESTED
 from tollgate.ingress import IngressDeps
+from tollgate.jobs.execution import ExecutionDeps, ModelRouter
 from tollgate.jobs.retry import RetryPolicy
+from tollgate.limiter import Limiter
+from tollgate.limiter.local import InProcessLimiter
+from tollgate.llm.client import LlmClient, OpenAIExtractor
 from tollgate.metrics import MetricsSink
 from tollgate.nudge import LambdaNudger, NoNudge, Nudger
 from tollgate.outbox import RelayDeps, SqsFifoPublisher
@@ -27,6 +32,7 @@ from tollgate.settings import (
     SchedulerSettings,
     WorkerSettings,
 )
+from tollgate.worker import WorkerConfig
 
 
 def build_api(settings: ApiSettings, db: Database | None = None, nudger: Nudger | None = None) -> ApiDeps:
@@ -82,6 +88,51 @@ def build_scheduler(
         retry_policy=retry_policy(settings),
         jitter=random.uniform,
         batch_size=settings.scheduler_batch_size,
+    )
+
+
+def build_execution(
+    settings: WorkerSettings,
+    db: Database,
+    llm: LlmClient | None = None,
+    limiter: Limiter | None = None,
+) -> ExecutionDeps:
+    clock = SystemClock()
+    if llm is None:
+        api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "unset"
+        client = openai.AsyncOpenAI(api_key=api_key, base_url=settings.openai_base_url, max_retries=0)
+        llm = OpenAIExtractor(client, clock)
+    return ExecutionDeps(
+        db=db,
+        documents=S3DocumentStore(boto3.client("s3"), settings.documents_bucket),
+        llm=llm,
+        limiter=limiter
+        or InProcessLimiter(
+            clock,
+            requests_per_minute=settings.provider_requests_per_minute,
+            tokens_per_minute=settings.provider_tokens_per_minute,
+            max_in_flight=settings.provider_max_in_flight,
+        ),
+        clock=clock,
+        new_id=new_id,
+        retry_policy=retry_policy(settings),
+        jitter=random.uniform,
+        router=ModelRouter(settings.model_small, settings.model_large, settings.small_model_max_chars),
+        prices=settings.model_prices,
+        worker_id=settings.worker_id,
+        provider_pool=settings.provider_pool,
+        lease_seconds=settings.lease_seconds,
+        heartbeat_seconds=settings.heartbeat_seconds,
+        max_output_tokens=settings.max_output_tokens,
+    )
+
+
+def worker_config(settings: WorkerSettings) -> WorkerConfig:
+    return WorkerConfig(
+        slots=settings.execution_slots,
+        tenant_cap=settings.tenant_max_in_flight,
+        idle_seconds=settings.claim_idle_seconds,
+        drain_seconds=settings.drain_seconds,
     )
 
 

@@ -1,32 +1,117 @@
-"""The worker process's loops. This piece has the ingress consumer; execution slots join it later.
+"""The worker process: one ingress consumer and N execution slots in one asyncio loop.
 
-Stopping is cooperative: the stop event ends the loop after the receive in progress, whose messages are
-recorded and deleted (or left for redelivery) before it returns.
+Ingress wakes idle slots when it records events; slots also look for work on their own every few seconds,
+so a lost signal only delays work. On stop, slots claim nothing more and in-flight attempts get
+``drain_seconds`` to finish; what is still running then is handed back (RETRY_SCHEDULED, fence moved).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from aws_lambda_powertools import Logger
 
-from tollgate.ingress import IngressDeps, ingest_once
+from tollgate.ingress import IngressDeps, IngressOutcome, ingest_once
+from tollgate.jobs.execution import ExecutionDeps, run_attempt
+from tollgate.jobs.leasing import ClaimedJob, claim_next_job, release_job
 
 logger = Logger(service="tollgate-worker", child=True)
 
 
-async def run_ingress(deps: IngressDeps, stop: asyncio.Event) -> None:
+@dataclass(frozen=True)
+class WorkerConfig:
+    slots: int
+    tenant_cap: int
+    idle_seconds: float
+    drain_seconds: float
+
+
+async def _wait(event: asyncio.Event, timeout: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), timeout)
+
+
+async def run_ingress(
+    deps: IngressDeps,
+    stop: asyncio.Event,
+    wake: asyncio.Event,
+    on_activity: Callable[[], None] = lambda: None,
+) -> None:
     while not stop.is_set():
         try:
             report = await asyncio.to_thread(ingest_once, deps)
         except Exception:
             # SQS or the database is unreachable: back off briefly and keep the process alive.
             logger.exception("ingress receive failed")
-            await asyncio.wait([asyncio.ensure_future(stop.wait())], timeout=5)
+            await _wait(stop, 5)
             continue
+        if report.outcomes[IngressOutcome.RECORDED]:
+            wake.set()
         if report.received:
-            logger.info(
-                "ingress",
-                extra={"received": report.received, "failed": report.failed}
-                | {outcome.value: n for outcome, n in report.outcomes.items()},
+            on_activity()
+
+
+async def _run_slot(
+    deps: ExecutionDeps,
+    config: WorkerConfig,
+    stop: asyncio.Event,
+    wake: asyncio.Event,
+    on_activity: Callable[[], None],
+) -> None:
+    while not stop.is_set():
+        try:
+            job = await asyncio.to_thread(
+                claim_next_job,
+                deps.db,
+                deps.clock,
+                worker_id=deps.worker_id,
+                lease_seconds=deps.lease_seconds,
+                tenant_cap=config.tenant_cap,
             )
+        except Exception:
+            logger.exception("claim failed")
+            await _wait(stop, config.idle_seconds)
+            continue
+        if job is None:
+            wake.clear()
+            await _wait(wake, config.idle_seconds)
+            continue
+        await _run_guarded(deps, job)
+        on_activity()
+
+
+async def _run_guarded(deps: ExecutionDeps, job: ClaimedJob) -> None:
+    try:
+        await run_attempt(deps, job)
+    except asyncio.CancelledError:
+        # Shutdown ran out of time: hand the job back rather than leave it to the lease reaper.
+        await asyncio.to_thread(release_job, deps.db, deps.clock, job)
+        raise
+    except Exception:
+        # The lease reaper retries the job; this slot goes on.
+        logger.exception("attempt failed unexpectedly", extra={"job_id": str(job.job_id)})
+
+
+async def run_worker(
+    ingress: IngressDeps,
+    execution: ExecutionDeps,
+    config: WorkerConfig,
+    stop: asyncio.Event,
+    on_activity: Callable[[], None] = lambda: None,
+) -> None:
+    wake = asyncio.Event()
+    ingress_task = asyncio.create_task(run_ingress(ingress, stop, wake, on_activity))
+    slots = [
+        asyncio.create_task(_run_slot(execution, config, stop, wake, on_activity))
+        for _ in range(config.slots)
+    ]
+    await stop.wait()
+    wake.set()
+    _, unfinished = await asyncio.wait(slots, timeout=config.drain_seconds)
+    for task in unfinished:
+        task.cancel()
+    await asyncio.gather(*unfinished, return_exceptions=True)
+    await asyncio.gather(ingress_task, return_exceptions=True)

@@ -1,5 +1,7 @@
 """Named SQL queries: every block parses, names are unique, unknown names fail loudly."""
 
+import re
+
 import pytest
 
 from tollgate.db.queries import load_queries, parse_queries
@@ -36,4 +38,5 @@ def test_queries_use_named_parameters_only():
     for name in queries.names():
         sql = getattr(queries, name)
         assert "%s" not in sql, f"{name} uses a positional parameter"
-        assert "{" not in sql.replace("'{}'", ""), f"{name} looks like a template"
+        without_literals = re.sub(r"'[^']*'", "''", sql)
+        assert "{" not in without_literals, f"{name} looks like a template"

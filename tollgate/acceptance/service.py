@@ -130,7 +130,7 @@ def accept_job(
             return Accepted(job=job_view(existing), replayed=True)
 
         _admit(conn, deps, tenant_id, document.size_bytes, estimated)
-        document_id = _store_document(conn, deps, tenant_id, request, document)
+        document_id = _store_document(conn, deps, tenant_id, document)
 
         job_id = deps.new_id()
         now = deps.clock.now()
@@ -211,9 +211,7 @@ def _admit(conn: Conn, deps: AcceptanceDeps, tenant_id: UUID, size_bytes: int, t
         )
 
 
-def _store_document(
-    conn: Conn, deps: AcceptanceDeps, tenant_id: UUID, request: CreateJobRequest, document: CanonicalDocument
-) -> UUID:
+def _store_document(conn: Conn, deps: AcceptanceDeps, tenant_id: UUID, document: CanonicalDocument) -> UUID:
     q = deps.db.q
     known = conn.execute(
         q.find_document_by_digest, {"tenant_id": tenant_id, "sha256": document.sha256}
@@ -221,12 +219,11 @@ def _store_document(
     if known is not None:
         document_id: UUID = known["document_id"]
         return document_id
-    if isinstance(request.document, InlineDocument):
-        # Content-addressed: if the transaction fails after this put, the object is reused next time.
-        s3_key = document_key(tenant_id, document.sha256)
-        version_id = deps.documents.put(s3_key, document.body)
-    else:
-        s3_key, version_id = request.document.s3_key, request.document.version_id
+    # The canonical copy is what workers read, whether the document came inline or by reference: it is
+    # content-addressed, so if the transaction fails after this put the object is reused next time, and a
+    # tenant changing its own object later changes nothing here.
+    s3_key = document_key(tenant_id, document.sha256)
+    version_id = deps.documents.put(s3_key, document.body)
     document_id = deps.new_id()
     conn.execute(
         q.insert_document,

@@ -106,7 +106,12 @@ class LocalStack:
         scheduler = build_scheduler(SchedulerSettings(database_url=url), self.metrics)
         # A short long-poll keeps Ctrl-C prompt; in AWS the worker waits the full 20 s.
         ingress = build_ingress(
-            WorkerSettings(database_url=url, jobs_queue_url=queue_url, ingress_wait_seconds=1)
+            WorkerSettings(
+                database_url=url,
+                jobs_queue_url=queue_url,
+                documents_bucket=LOCAL_BUCKET,
+                ingress_wait_seconds=1,
+            )
         )
         for db in (relay.db, scheduler.db, ingress.db):
             self._closers.append(db.close)

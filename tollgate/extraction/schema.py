@@ -1,0 +1,92 @@
+"""The invoice schema the model fills through structured outputs, parsed strictly.
+
+Money is a decimal string with two places ("119.00"), never a float. Every extracted field that comes from
+the document carries an evidence span: the exact text in the OCR input it was read from, so validation can
+check that it resolves. A field the model is unsure of is null and lands in review; nothing is guessed.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from functools import cache
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+SCHEMA_NAME = "invoice_extraction_v1"
+
+Money = Annotated[str, StringConstraints(pattern=r"^-?\d{1,12}\.\d{2}$")]
+Quantity = Annotated[str, StringConstraints(pattern=r"^-?\d{1,9}(\.\d{1,4})?$")]
+Evidence = Annotated[str, StringConstraints(min_length=1, max_length=500)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Supplier(Strict):
+    name: str = Field(description="The supplier's legal name as printed.")
+    evidence: Evidence
+
+
+class LineItem(Strict):
+    description: str
+    quantity: Quantity
+    unit_price: Money
+    amount: Money
+    evidence: Evidence = Field(description="The line as printed.")
+
+
+class Tax(Strict):
+    rate_percent: Annotated[str, StringConstraints(pattern=r"^\d{1,2}(\.\d{1,3})?$")] | None
+    amount: Money | None
+    evidence: Evidence | None
+
+
+class Invoice(Strict):
+    supplier: Supplier
+    invoice_number: str | None
+    invoice_number_evidence: Evidence | None
+    issue_date: Annotated[str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}$")] | None
+    due_date: Annotated[str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}$")] | None
+    currency: Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")] | None
+    iban: Annotated[str, StringConstraints(pattern=r"^[A-Z]{2}[0-9A-Z]{13,32}$")] | None
+    line_items: list[LineItem]
+    subtotal: Money | None
+    subtotal_evidence: Evidence | None
+    tax: Tax
+    total: Money | None
+    total_evidence: Evidence | None
+
+    def money(self, value: str | None) -> Decimal | None:
+        return Decimal(value) if value is not None else None
+
+
+def _strict_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's strict structured outputs want every property required (optional ones nullable) and no
+    extra properties, at every level; pydantic's schema already forbids extras, so list the properties."""
+    if schema.get("type") == "object" and "properties" in schema:
+        schema["required"] = list(schema["properties"])
+        schema["additionalProperties"] = False
+    for value in schema.values():
+        if isinstance(value, dict):
+            _strict_json_schema(value)
+        elif isinstance(value, list):
+            for item in value:
+                if isinstance(item, dict):
+                    _strict_json_schema(item)
+    return schema
+
+
+@cache
+def invoice_json_schema() -> str:
+    """The response format's schema, as JSON text (cached: it is sent with every request)."""
+    return json.dumps(_strict_json_schema(Invoice.model_json_schema()), sort_keys=True)
+
+
+def response_format() -> dict[str, Any]:
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": SCHEMA_NAME, "strict": True, "schema": json.loads(invoice_json_schema())},
+    }

@@ -1,0 +1,382 @@
+"""One attempt of one claimed job: budget, provider call, validation, and the fenced write of the outcome.
+
+The lease is renewed in the background while the call runs; if a heartbeat finds the fence moved, the
+call is abandoned and nothing is written for the job. The outcome - state, result, attempt record and the
+outbox event - is written in one transaction, conditioned on state RUNNING, our fence and an unexpired
+lease, so a stale worker's answer is discarded, never stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from psycopg.types.json import Jsonb
+
+from tollgate.clock import Clock, IdFactory
+from tollgate.db import Database
+from tollgate.db.database import Conn
+from tollgate.documents import DocumentStore, pages_from_canonical
+from tollgate.events import EXTRACTION_COMPLETED, EXTRACTION_FAILED, EXTRACTION_REVIEW_REQUIRED
+from tollgate.extraction.schema import Invoice
+from tollgate.extraction.validation import (
+    KnownSupplier,
+    TenantPolicy,
+    ValidationReport,
+    validate_invoice,
+)
+from tollgate.faults import AFTER_PROVIDER_RESPONSE, crashpoint
+from tollgate.jobs.leasing import ClaimedJob, extend_lease
+from tollgate.jobs.retry import Jitter, RetryPolicy, next_attempt_at
+from tollgate.jobs.states import JobState
+from tollgate.limiter.base import Denied, Limiter, LimiterUnavailable, Outcome, Permit, Reservation
+from tollgate.llm.client import LlmClient, LlmResult, OutcomeClass
+
+logger = Logger(service="tollgate-worker", child=True)
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class ModelRouter:
+    small: str
+    large: str
+    small_max_chars: int
+
+    def choose(self, policy: str, pages: tuple[str, ...]) -> str:
+        """A smaller model for short single-page invoices, the larger one for everything else."""
+        if policy == "small":
+            return self.small
+        if policy == "large":
+            return self.large
+        simple = len(pages) == 1 and sum(len(p) for p in pages) <= self.small_max_chars
+        return self.small if simple else self.large
+
+
+@dataclass(frozen=True)
+class ExecutionDeps:
+    db: Database
+    documents: DocumentStore
+    llm: LlmClient
+    limiter: Limiter
+    clock: Clock
+    new_id: IdFactory
+    retry_policy: RetryPolicy
+    jitter: Jitter
+    router: ModelRouter
+    prices: Mapping[str, tuple[float, float]]
+    worker_id: str
+    provider_pool: str
+    lease_seconds: float
+    heartbeat_seconds: float
+    max_output_tokens: int
+    sleep: Sleep = asyncio.sleep
+
+
+class AttemptEnd(StrEnum):
+    SUCCEEDED = "SUCCEEDED"
+    REVIEW_REQUIRED = "REVIEW_REQUIRED"
+    RETRY_SCHEDULED = "RETRY_SCHEDULED"
+    FAILED_TERMINAL = "FAILED_TERMINAL"
+    LOST = "LOST"  # the fence moved: another owner has the job; nothing was written for it
+
+
+@dataclass
+class AttemptReport:
+    end: AttemptEnd
+    outcome: OutcomeClass | None = None
+    model: str | None = None
+    reasons: list[dict[str, str]] = field(default_factory=list)
+    cost_usd: Decimal = Decimal("0")
+
+
+class LeaseLost(Exception):
+    pass
+
+
+def cost_of(
+    prices: Mapping[str, tuple[float, float]], model: str, input_tokens: int, output_tokens: int
+) -> Decimal:
+    per_input, per_output = prices.get(model, (0.0, 0.0))
+    cost = Decimal(str(per_input)) * input_tokens + Decimal(str(per_output)) * output_tokens
+    return (cost / Decimal(1_000_000)).quantize(Decimal("0.000001"))
+
+
+async def run_attempt(deps: ExecutionDeps, job: ClaimedJob) -> AttemptReport:
+    pages = await asyncio.to_thread(_load_pages, deps, job)
+    model = deps.router.choose(job.model_policy, pages)
+    lost = asyncio.Event()
+    heartbeat = asyncio.create_task(_heartbeat(deps, job, lost))
+    try:
+        result = await _call_within_budget(deps, job, pages, model, lost)
+    except LeaseLost:
+        logger.warning("lease lost; attempt abandoned", extra=_keys(job))
+        await asyncio.to_thread(_record_discarded, deps, job, None)
+        return AttemptReport(AttemptEnd.LOST, model=model)
+    finally:
+        heartbeat.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await heartbeat
+    crashpoint(AFTER_PROVIDER_RESPONSE)
+    return await asyncio.to_thread(_finish, deps, job, pages, result)
+
+
+def _keys(job: ClaimedJob) -> dict[str, Any]:
+    return {
+        "job_id": str(job.job_id),
+        "tenant_id": str(job.tenant_id),
+        "attempt": job.attempt,
+        "fence": job.fence,
+    }
+
+
+def _load_pages(deps: ExecutionDeps, job: ClaimedJob) -> tuple[str, ...]:
+    with deps.db.transaction() as conn:
+        row = conn.execute(deps.db.q.get_document_for_job, {"document_id": job.document_id}).fetchone()
+    assert row is not None
+    raw = deps.documents.get(row["s3_key"], row["s3_version_id"], max_bytes=64 * 1024 * 1024)
+    return pages_from_canonical(raw)
+
+
+async def _heartbeat(deps: ExecutionDeps, job: ClaimedJob, lost: asyncio.Event) -> None:
+    while True:
+        await deps.sleep(deps.heartbeat_seconds)
+        owned = await asyncio.to_thread(extend_lease, deps.db, deps.clock, job, deps.lease_seconds)
+        if not owned:
+            lost.set()
+            return
+
+
+async def _call_within_budget(
+    deps: ExecutionDeps, job: ClaimedJob, pages: tuple[str, ...], model: str, lost: asyncio.Event
+) -> LlmResult:
+    reservation = Reservation(deps.provider_pool, job.estimated_tokens)
+    permit: Permit | None = None
+    while permit is None:
+        if lost.is_set():
+            raise LeaseLost
+        try:
+            granted = await asyncio.to_thread(deps.limiter.try_acquire, reservation)
+        except LimiterUnavailable as error:
+            # Fail closed: no budget, no call. The attempt ends as transient and is retried later.
+            return LlmResult(OutcomeClass.TRANSIENT, model, error=f"limiter unavailable: {error}")
+        if isinstance(granted, Denied):
+            await deps.sleep(min(granted.wait_seconds, deps.heartbeat_seconds))
+            continue
+        permit = granted
+
+    remaining = (job.deadline_at - deps.clock.now()).total_seconds()
+    timeout = max(min(deps.retry_policy.attempt_timeout_seconds, remaining), 1.0)
+    call = asyncio.create_task(deps.llm.extract(pages, model, timeout, deps.max_output_tokens))
+    watch = asyncio.create_task(lost.wait())
+    try:
+        await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+    if not call.done():
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+        # The request may have reached the provider: keep the reservation, free the in-flight permit.
+        await asyncio.to_thread(deps.limiter.release, permit, Outcome())
+        raise LeaseLost
+    result = call.result()
+    used = (
+        (result.input_tokens or 0) + (result.output_tokens or 0) if result.input_tokens is not None else None
+    )
+    await asyncio.to_thread(
+        deps.limiter.release,
+        permit,
+        Outcome(
+            used_tokens=used,
+            throttled=result.outcome is OutcomeClass.THROTTLED,
+            retry_after_seconds=result.retry_after_seconds,
+            rate_limit_headers=result.rate_limit_headers,
+        ),
+    )
+    return result
+
+
+def _tenant_policy(deps: ExecutionDeps, job: ClaimedJob) -> TenantPolicy:
+    with deps.db.transaction() as conn:
+        row = conn.execute(deps.db.q.tenant_validation_policy, {"tenant_id": job.tenant_id}).fetchone()
+    assert row is not None
+    suppliers = tuple(
+        KnownSupplier(n, i) for n, i in zip(row["supplier_names"], row["supplier_ibans"], strict=True)
+    )
+    return TenantPolicy(frozenset(row["allowed_currencies"]), suppliers)
+
+
+def _decide(
+    deps: ExecutionDeps, job: ClaimedJob, result: LlmResult, report: ValidationReport | None, now: datetime
+) -> tuple[JobState, datetime | None, dict[str, Any] | None]:
+    """The job's next state, when it may run again, and the error to keep on it."""
+    if result.outcome is OutcomeClass.OK and report is not None:
+        return (JobState.SUCCEEDED if report.passed else JobState.REVIEW_REQUIRED), None, None
+    error = {"outcome": result.outcome.value, "detail": result.error, "attempt": job.attempt}
+    if result.outcome.retryable:
+        start = next_attempt_at(
+            deps.retry_policy,
+            now=now,
+            deadline_at=job.deadline_at,
+            attempt=job.attempt,
+            max_attempts=job.max_attempts,
+            retry_after_seconds=result.retry_after_seconds,
+            jitter=deps.jitter,
+        )
+        if start is not None:
+            return JobState.RETRY_SCHEDULED, start, error
+        error["reason"] = "attempts_exhausted" if job.attempt >= job.max_attempts else "deadline_exceeded"
+    else:
+        error["reason"] = result.outcome.value
+    return JobState.FAILED_TERMINAL, None, error
+
+
+def _attempt_params(
+    deps: ExecutionDeps, job: ClaimedJob, result: LlmResult | None, outcome: str
+) -> dict[str, Any]:
+    input_tokens = result.input_tokens if result else None
+    output_tokens = result.output_tokens if result else None
+    cost = (
+        cost_of(deps.prices, result.model, input_tokens or 0, output_tokens or 0)
+        if result and input_tokens is not None
+        else None
+    )
+    return {
+        "job_id": job.job_id,
+        "attempt": job.attempt,
+        "fence": job.fence,
+        "now": deps.clock.now(),
+        "outcome": outcome,
+        "model": result.model if result else None,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "cost_usd": cost,
+        "latency_ms": result.latency_ms if result else None,
+        "provider_request_id": result.request_id if result else None,
+        "error": Jsonb({"detail": result.error}) if result and result.error else None,
+    }
+
+
+def _record_discarded(deps: ExecutionDeps, job: ClaimedJob, result: LlmResult | None) -> None:
+    """The attempt's cost is real even when its answer is thrown away: keep the record, not the result."""
+    with deps.db.transaction() as conn:
+        conn.execute(deps.db.q.record_attempt, _attempt_params(deps, job, result, "discarded_stale"))
+
+
+def _finish(deps: ExecutionDeps, job: ClaimedJob, pages: tuple[str, ...], result: LlmResult) -> AttemptReport:
+    report = None
+    if result.outcome is OutcomeClass.OK and result.invoice is not None:
+        report = validate_invoice(result.invoice, pages, _tenant_policy(deps, job))
+    now = deps.clock.now()
+    state, next_at, error = _decide(deps, job, result, report, now)
+    reasons = [r.as_dict() for r in report.reasons] if report else []
+    params = _attempt_params(deps, job, result, result.outcome.value)
+    with deps.db.transaction() as conn:
+        finished = conn.execute(
+            deps.db.q.finish_running_job,
+            {
+                "job_id": job.job_id,
+                "fence": job.fence,
+                "now": now,
+                "state": state.value,
+                "next_attempt_at": next_at,
+                "last_error": Jsonb(error) if error else None,
+                "finished_at": now if state.is_terminal else None,
+            },
+        ).fetchone()
+        if finished is not None:
+            conn.execute(deps.db.q.record_attempt, params)
+            if report is not None and result.invoice is not None:
+                _insert_result(
+                    conn,
+                    deps,
+                    job,
+                    invoice=result.invoice,
+                    policy_version=report.policy_version,
+                    reasons=reasons,
+                )
+            _insert_event(conn, deps, job, state=state, finished=finished, reasons=reasons, error=error)
+    if finished is None:
+        logger.warning("stale attempt: the job moved on; its answer is discarded", extra=_keys(job))
+        _record_discarded(deps, job, result)
+        return AttemptReport(AttemptEnd.LOST, result.outcome, result.model)
+    logger.info(
+        "attempt finished", extra={**_keys(job), "state": state.value, "outcome": result.outcome.value}
+    )
+    return AttemptReport(
+        AttemptEnd(state.value), result.outcome, result.model, reasons, params["cost_usd"] or Decimal("0")
+    )
+
+
+def _insert_result(
+    conn: Conn,
+    deps: ExecutionDeps,
+    job: ClaimedJob,
+    *,
+    invoice: Invoice,
+    policy_version: str,
+    reasons: list[dict[str, str]],
+) -> None:
+    conn.execute(
+        deps.db.q.insert_result,
+        {
+            "job_id": job.job_id,
+            "tenant_id": job.tenant_id,
+            "attempt": job.attempt,
+            "policy_version": policy_version,
+            "result": Jsonb(invoice.model_dump(mode="json")),
+            "review_reasons": Jsonb(reasons),
+        },
+    )
+
+
+EVENT_FOR_STATE = {
+    JobState.SUCCEEDED: EXTRACTION_COMPLETED,
+    JobState.REVIEW_REQUIRED: EXTRACTION_REVIEW_REQUIRED,
+    JobState.FAILED_TERMINAL: EXTRACTION_FAILED,
+}
+
+
+def _insert_event(
+    conn: Conn,
+    deps: ExecutionDeps,
+    job: ClaimedJob,
+    *,
+    state: JobState,
+    finished: dict[str, Any],
+    reasons: list[dict[str, str]],
+    error: dict[str, Any] | None,
+) -> None:
+    """A terminal state gets its outbox event (webhooks); a retry does not."""
+    event_type = EVENT_FOR_STATE.get(state)
+    if event_type is None:
+        return
+    conn.execute(
+        deps.db.q.insert_outbox_event,
+        {
+            "event_id": deps.new_id(),
+            "tenant_id": job.tenant_id,
+            "aggregate_id": job.job_id,
+            "event_type": event_type,
+            "payload": Jsonb(
+                {
+                    "job_id": str(job.job_id),
+                    "tenant_id": str(job.tenant_id),
+                    "state": state.value,
+                    "state_version": finished["state_version"],
+                    "attempt": job.attempt,
+                    "review_reasons": [r["code"] for r in reasons],
+                    "reason": (error or {}).get("reason"),
+                }
+            ),
+            "trace_context": finished["trace_context"],
+        },
+    )

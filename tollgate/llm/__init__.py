@@ -1,0 +1,1 @@
+"""The model provider: the OpenAI client port and the built-in simulated provider."""
