@@ -7,6 +7,7 @@ authorizer look a key up by its hash. The key itself is shown once and never sto
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 import threading
 from collections.abc import Callable
@@ -83,15 +84,28 @@ class ApiKeyResolver:
 
 
 def create_tenant(
-    db: Database, name: str, new_id: IdFactory, mint: Callable[[], str] = mint_api_key
+    db: Database,
+    name: str,
+    new_id: IdFactory,
+    mint: Callable[[], str] = mint_api_key,
+    allowed_currencies: list[str] | None = None,
 ) -> NewTenant:
-    """Creates a tenant and its first API key; needs the system role (tenants do not create tenants)."""
+    """Creates a tenant and its first API key; needs the system role (tenants do not create tenants).
+
+    ``allowed_currencies`` (ISO 4217 codes) defaults to EUR, USD, GBP and CHF; validation sends an invoice in
+    any other currency to review.
+    """
     name = name.strip()
     if not 1 <= len(name) <= 100:
         raise InvalidRequest("a tenant name has 1 to 100 characters")
+    if allowed_currencies is not None and not all(re.fullmatch(r"[A-Z]{3}", c) for c in allowed_currencies):
+        raise InvalidRequest("currencies are three upper-case letters (ISO 4217)")
     tenant_id, key_id, api_key = new_id(), new_id(), mint()
     with db.transaction() as conn:
-        created = conn.execute(db.q.insert_tenant, {"tenant_id": tenant_id, "name": name}).fetchone()
+        created = conn.execute(
+            db.q.insert_tenant,
+            {"tenant_id": tenant_id, "name": name, "allowed_currencies": allowed_currencies},
+        ).fetchone()
         if created is None:
             raise InvalidRequest(f"a tenant named {name!r} already exists")
         conn.execute(

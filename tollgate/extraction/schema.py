@@ -45,7 +45,7 @@ class Tax(Strict):
 
 
 class Invoice(Strict):
-    supplier: Supplier
+    supplier: Supplier | None
     invoice_number: str | None
     invoice_number_evidence: Evidence | None
     issue_date: Annotated[str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}$")] | None

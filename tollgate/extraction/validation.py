@@ -80,7 +80,7 @@ def _money(value: str | None) -> Decimal | None:
 
 
 def _evidence(invoice: Invoice) -> Iterable[tuple[str, str | None]]:
-    yield "supplier", invoice.supplier.evidence
+    yield "supplier", invoice.supplier.evidence if invoice.supplier else None
     yield "invoice_number", invoice.invoice_number_evidence
     yield "subtotal", invoice.subtotal_evidence
     yield "tax", invoice.tax.evidence
@@ -138,6 +138,9 @@ def _check_arithmetic(invoice: Invoice, report: ValidationReport) -> None:
 def _check_identity(invoice: Invoice, policy: TenantPolicy, report: ValidationReport) -> None:
     if invoice.iban is not None and not iban_is_valid(invoice.iban):
         report.fail("iban_checksum_invalid", "iban", "the IBAN's check digits do not verify")
+    if invoice.supplier is None:
+        report.fail("missing_supplier", "supplier", "no supplier was extracted")
+        return
     supplier = normalize_name(invoice.supplier.name)
     known = [s for s in policy.suppliers if normalize_name(s.name) == supplier]
     if not known:

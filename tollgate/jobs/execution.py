@@ -24,6 +24,7 @@ from tollgate.clock import Clock, IdFactory
 from tollgate.db import Database
 from tollgate.db.database import Conn
 from tollgate.documents import DocumentStore, pages_from_canonical
+from tollgate.errors import DocumentUnavailable
 from tollgate.events import EXTRACTION_COMPLETED, EXTRACTION_FAILED, EXTRACTION_REVIEW_REQUIRED
 from tollgate.extraction.schema import Invoice
 from tollgate.extraction.validation import (
@@ -110,7 +111,12 @@ def cost_of(
 
 
 async def run_attempt(deps: ExecutionDeps, job: ClaimedJob) -> AttemptReport:
-    pages = await asyncio.to_thread(_load_pages, deps, job)
+    try:
+        pages = await asyncio.to_thread(_load_pages, deps, job)
+    except DocumentUnavailable as error:
+        # Retrying cannot bring a lost object version back: end the job with the reason.
+        result = LlmResult(OutcomeClass.DOCUMENT_UNAVAILABLE, "", error=str(error))
+        return await asyncio.to_thread(_finish, deps, job, (), result)
     model = deps.router.choose(job.model_policy, pages)
     lost = asyncio.Event()
     heartbeat = asyncio.create_task(_heartbeat(deps, job, lost))
@@ -255,7 +261,7 @@ def _attempt_params(
         "fence": job.fence,
         "now": deps.clock.now(),
         "outcome": outcome,
-        "model": result.model if result else None,
+        "model": (result.model or None) if result else None,
         "input_tokens": input_tokens,
         "output_tokens": output_tokens,
         "cost_usd": cost,

@@ -31,6 +31,8 @@ class OutcomeClass(StrEnum):
     INVALID_OUTPUT = "invalid_output"
     REFUSED = "refused"
     TERMINAL = "terminal"
+    # Not the provider's doing: the stored document could not be read, so no call was made.
+    DOCUMENT_UNAVAILABLE = "document_unavailable"
 
     @property
     def retryable(self) -> bool:

@@ -1,34 +1,48 @@
-"""``tollgate local demo``: drives the local system over HTTP as tenants would, and checks every answer.
+"""``tollgate local demo``: drives the whole local system as tenants would and accounts for every job.
 
-At this stage the system accepts work and carries it to the worker's inbox (execution is built in a later
-piece): the demo submits sample invoices for two tenants, replays a request, provokes a conflict and a bad
-request, follows the events through the relay and SQS to the worker, then reads every job back. It fails
-(non-zero exit) when any answer is not the one the system promises.
+Three tenants submit sample invoices over HTTP (with replays, an idempotency conflict and bad requests),
+the pipeline runs them (relay, SQS, workers, the simulated provider, validation), live bars show the jobs
+by state, and a summary shows where every job ended, attempts, tokens, cost and latency. It exits non-zero
+when any admitted job ends somewhere its kind of invoice cannot explain, or any API answer is wrong.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections import Counter
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from uuid import UUID
 
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from tollgate.auth import create_tenant
 from tollgate.clock import new_id
+from tollgate.jobs.states import TERMINAL_STATES, JobState
 from tollgate.local.client import ApiClient
 from tollgate.local.runtime import LocalStack
-from tollgate.samples import generate_invoices, request_body
-from tollgate.scheduling import PipelineProgress, read_pipeline_progress
+from tollgate.reporting import job_states, jobs, summarize_work
+from tollgate.samples import CONSISTENT_KINDS, SUPPLIERS, SampleInvoice, generate_invoices, request_body
+from tollgate.suppliers import add_supplier
 
-PIPELINE_TIMEOUT_SECONDS = 60
+COMPLETION_TIMEOUT_SECONDS = 180
+TENANTS = ("nordwind-buyers", "lumiere-achats", "thames-accounts")
+
+
+@dataclass
+class Submitted:
+    tenant: str
+    job_id: str
+    invoice: SampleInvoice
 
 
 @dataclass
 class DemoReport:
-    accepted: list[tuple[str, str, str]] = field(default_factory=list)
+    submitted: list[Submitted] = field(default_factory=list)
+    accept_latency_ms: list[float] = field(default_factory=list)
     checks: list[tuple[str, bool, str]] = field(default_factory=list)
 
     def check(self, name: str, ok: bool, detail: str) -> None:
@@ -39,105 +53,150 @@ class DemoReport:
         return all(ok for _, ok, _ in self.checks)
 
 
-def _wait_for_pipeline(
-    stack: LocalStack, before: PipelineProgress, expected: int, console: Console
-) -> PipelineProgress:
-    """Shows events travelling outbox -> SQS -> worker inbox; waits on the ingress loop's steps, bounded."""
-    assert stack.system_db is not None
-    db = stack.system_db
-    ingress = stack.loops["ingress"]
-    with Progress(console=console, transient=False) as bars:
-        published = bars.add_task("published to SQS", total=expected)
-        received = bars.add_task("taken in by the worker", total=expected)
-
-        def update(_: object) -> bool:
-            now = read_pipeline_progress(db)
-            bars.update(published, completed=now.published - before.published)
-            bars.update(received, completed=now.received - before.received)
-            return now.received - before.received >= expected
-
-        ingress.wait_for(update, timeout=PIPELINE_TIMEOUT_SECONDS)
-    now = read_pipeline_progress(db)
-    return PipelineProgress(
-        events=now.events - before.events,
-        published=now.published - before.published,
-        received=now.received - before.received,
-    )
+def _expected_states(invoice: SampleInvoice) -> set[str]:
+    """Where a job may end for its kind of invoice: consistent ones pass validation, others need review."""
+    return {JobState.SUCCEEDED} if invoice.kind in CONSISTENT_KINDS else {JobState.REVIEW_REQUIRED}
 
 
-def run_demo(stack: LocalStack, jobs_per_tenant: int = 6, console: Console | None = None) -> DemoReport:
-    console = console or Console()
-    report = DemoReport()
-    assert stack.system_db is not None
-    run = secrets.token_hex(3)
-    before = read_pipeline_progress(stack.system_db)
-    invoices = generate_invoices(jobs_per_tenant * 2, seed=11)
-    clients: dict[str, ApiClient] = {}
-    for name in (f"nordwind-{run}", f"lumiere-{run}"):
-        tenant = create_tenant(stack.system_db, name, new_id)
-        clients[name] = ApiClient(stack.api_url, tenant.api_key)
-    console.print(f"[bold]Tenants[/bold] {', '.join(clients)} created; API at {stack.api_url}")
+def _submit_all(
+    stack: LocalStack, clients: dict[str, ApiClient], per_tenant: int, report: DemoReport
+) -> None:
+    invoices = generate_invoices(per_tenant * len(clients), seed=secrets.randbelow(10_000))
+    work = [
+        (name, invoice, f"inv-{invoice.invoice_number}-{i}")
+        for i, (name, invoice) in enumerate(zip(list(clients) * per_tenant, invoices, strict=True))
+    ]
 
-    for index, (name, client) in enumerate(clients.items()):
-        for n, invoice in enumerate(invoices[index::2][:jobs_per_tenant]):
-            response = client.submit(
-                request_body(invoice, metadata={"number": invoice.invoice_number}), f"inv-{n}"
-            )
-            report.check(
-                f"{name} submit {invoice.invoice_number}", response.status == 202, str(response.status)
-            )
-            if response.status == 202:
-                report.accepted.append((name, response.json["job_id"], invoice.invoice_number))
+    def submit(item: tuple[str, SampleInvoice, str]) -> None:
+        name, invoice, key = item
+        started = time.perf_counter()
+        response = clients[name].submit(
+            request_body(invoice, metadata={"number": invoice.invoice_number}), key
+        )
+        report.accept_latency_ms.append((time.perf_counter() - started) * 1000)
+        if response.status == 202:
+            report.submitted.append(Submitted(name, response.json["job_id"], invoice))
+        else:
+            report.check(f"submit {invoice.invoice_number}", False, f"HTTP {response.status}")
 
-    name, client = next(iter(clients.items()))
-    first = invoices[0]
-    replay = client.submit(request_body(first), "inv-0")
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(submit, work))
+
+    name, invoice, key = work[0]
+    replay = clients[name].submit(request_body(invoice, metadata={"number": invoice.invoice_number}), key)
     report.check(
-        "same key, same invoice: replayed",
-        replay.status == 202 and replay.header("Idempotent-Replayed") == "true",
+        "same key, same invoice: replayed, no second job",
+        replay.status in {200, 202} and replay.header("Idempotent-Replayed") == "true",
         f"{replay.status} Idempotent-Replayed={replay.header('Idempotent-Replayed')}",
     )
-    conflict = client.submit(request_body(invoices[2]), "inv-0")
-    report.check("same key, other invoice: 409", conflict.status == 409, str(conflict.status))
-    bad = client.submit({"document": {"pages": []}}, "bad-1")
+    conflict = clients[name].submit(request_body(work[1][1]), key)
+    report.check("same key, another invoice: 409", conflict.status == 409, str(conflict.status))
+    bad = clients[name].submit({"document": {"pages": []}}, "bad-1")
     report.check(
         "empty document: 422 problem", bad.status == 422, f"{bad.status} {bad.header('Content-Type')}"
     )
-    stranger = ApiClient(stack.api_url, "tg_not-a-real-key")
-    unauthorized = stranger.request("GET", "/extraction-jobs")
+    unauthorized = ApiClient(stack.api_url, "tg_not-a-real-key").request("GET", "/extraction-jobs")
     report.check("unknown API key: 401", unauthorized.status == 401, str(unauthorized.status))
 
-    progress = _wait_for_pipeline(stack, before, expected=len(report.accepted), console=console)
+
+def _follow(stack: LocalStack, tenant_ids: list[UUID], total: int, console: Console) -> bool:
+    """Live bars per state until every admitted job is terminal (or the time limit passes)."""
+    assert stack.system_db is not None
+    db = stack.system_db
+    columns = (TextColumn("{task.description:>16}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=console) as bars:
+        tasks = {state: bars.add_task(state.value, total=total) for state in JobState}
+
+        def all_terminal() -> bool:
+            counts = job_states(db, tenant_ids)
+            for state, task in tasks.items():
+                bars.update(task, completed=counts.get(state.value, 0))
+            return sum(counts.get(s.value, 0) for s in TERMINAL_STATES) >= total
+
+        return stack.wait_for(all_terminal, timeout=COMPLETION_TIMEOUT_SECONDS)
+
+
+def run_demo(stack: LocalStack, jobs_per_tenant: int = 40, console: Console | None = None) -> DemoReport:
+    console = console or Console()
+    report = DemoReport()
+    assert stack.system_db is not None
+    db = stack.system_db
+    run = secrets.token_hex(3)
+    clients: dict[str, ApiClient] = {}
+    tenant_ids: list[UUID] = []
+    for base in TENANTS:
+        currencies = sorted({supplier.currency for supplier in SUPPLIERS})
+        tenant = create_tenant(db, f"{base}-{run}", new_id, allowed_currencies=currencies)
+        for supplier in SUPPLIERS:
+            add_supplier(db, tenant.tenant_id, supplier.name, supplier.iban, new_id)
+        clients[tenant.name] = ApiClient(stack.api_url, tenant.api_key)
+        tenant_ids.append(tenant.tenant_id)
+    provider = "the simulated provider" if stack.simulator else "the configured OpenAI endpoint"
+    console.print(f"[bold]{len(clients)} tenants[/bold] created; API at {stack.api_url}; LLM: {provider}")
+
+    _submit_all(stack, clients, jobs_per_tenant, report)
+    console.print(f"{len(report.submitted)} jobs accepted; following them through the pipeline…")
+    finished = _follow(stack, tenant_ids, len(report.submitted), console)
     report.check(
-        "every accepted job's event published and taken in by the worker",
-        progress.published == progress.received == len(report.accepted),
-        f"{progress.published} published, {progress.received} in the worker's inbox",
+        "every admitted job reached a final state", finished, f"within {COMPLETION_TIMEOUT_SECONDS} s"
     )
 
-    states: Counter[str] = Counter()
-    table = Table(title="Accepted jobs, read back over the API")
-    for column in ("tenant", "job id", "invoice", "state", "document"):
-        table.add_column(column)
-    for tenant_name, job_id, number in report.accepted:
-        job = clients[tenant_name].request("GET", f"/extraction-jobs/{job_id}")
-        state = job.json.get("state", f"HTTP {job.status}")
-        states[state] += 1
-        report.check(f"read back {job_id}", job.status == 200 and state == "READY", state)
-        pages = job.json.get("document", {}).get("page_count", "?")
-        table.add_row(tenant_name, job_id, number, state, f"{pages} page(s)")
-    console.print(table)
+    by_id = {s.job_id: s for s in report.submitted}
+    unexplained = [
+        (by_id[str(row["job_id"])], row)
+        for row in jobs(db, tenant_ids)
+        if row["state"] not in _expected_states(by_id[str(row["job_id"])].invoice)
+    ]
+    detail = (
+        ", ".join(
+            f"{s.invoice.kind} -> {row['state']} {[r['code'] for r in row['review_reasons'] or []]}"
+            for s, row in unexplained[:5]
+        )
+        or "none"
+    )
+    report.check("every job ended where its invoice explains it", not unexplained, f"unexplained: {detail}")
+    _print_summary(console, db, tenant_ids, report)
+    return report
 
-    checks = Table(title="What the API promised, and what it did")
+
+def _print_summary(console: Console, db: object, tenant_ids: list[UUID], report: DemoReport) -> None:
+    summary = summarize_work(db, tenant_ids)  # type: ignore[arg-type]
+    states = Table(title="Jobs by final state")
+    states.add_column("state")
+    states.add_column("jobs", justify="right")
+    for state, count in sorted(summary.states.items()):
+        states.add_row(state, str(count))
+    console.print(states)
+
+    models = Table(title="Attempts, tokens and cost per model")
+    for column in ("model", "attempts", "failed", "input tokens", "output tokens", "cost (USD)"):
+        models.add_column(column, justify="left" if column == "model" else "right")
+    for usage in summary.models:
+        models.add_row(
+            usage.model,
+            str(usage.attempts),
+            str(usage.failed_attempts),
+            f"{usage.input_tokens:,}",
+            f"{usage.output_tokens:,}",
+            f"{usage.cost_usd:.4f}",
+        )
+    console.print(models)
+
+    latencies = sorted(report.accept_latency_ms)
+    p50 = statistics.median(latencies) if latencies else 0.0
+    p95 = latencies[int(len(latencies) * 0.95) - 1] if latencies else 0.0
+    console.print(
+        f"acceptance latency p50 {p50:.0f} ms, p95 {p95:.0f} ms; "
+        f"completion latency p50 {summary.completion_p50_seconds or 0:.1f} s, "
+        f"p95 {summary.completion_p95_seconds or 0:.1f} s"
+    )
+
+    checks = Table(title="What the system promised, and what it did")
     checks.add_column("check")
     checks.add_column("result")
     checks.add_column("detail")
-    for check_name, ok, detail in report.checks:
-        if not check_name.startswith(("read back", f"{name} submit", "lumiere")):
-            checks.add_row(check_name, "[green]ok[/green]" if ok else "[red]FAILED[/red]", detail)
+    for name, ok, detail in report.checks:
+        checks.add_row(name, "[green]ok[/green]" if ok else "[red]FAILED[/red]", detail)
     console.print(checks)
-    failed = [c for c in report.checks if not c[1]]
-    console.print(
-        f"{len(report.accepted)} jobs accepted ({dict(states)}); "
-        f"{len(report.checks) - len(failed)}/{len(report.checks)} checks passed."
-    )
-    return report
+    failed = sum(1 for _, ok, _ in report.checks if not ok)
+    console.print(f"{len(report.checks) - failed}/{len(report.checks)} checks passed.")

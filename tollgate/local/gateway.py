@@ -125,6 +125,9 @@ class LocalGateway:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in separate writes; with Nagle on, the body waits for the client's
+            # delayed ACK (~40 ms a response).
+            disable_nagle_algorithm = True
 
             def _serve(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)

@@ -23,14 +23,8 @@ class Loop:
         self.wake = wake or threading.Event()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._stepped = threading.Condition()
-        self.steps = 0
-        self.last_result: object = None
-
-    def wait_for(self, predicate: Callable[[object], bool], timeout: float) -> bool:
-        """Blocks until a step's result satisfies ``predicate`` (or the timeout passes); no polling."""
-        with self._stepped:
-            return self._stepped.wait_for(lambda: self.steps > 0 and predicate(self.last_result), timeout)
+        # Called after each step, so whoever waits on the local system can look again.
+        self.on_step: Callable[[], None] = lambda: None
 
     def start(self) -> None:
         self._thread.start()
@@ -47,11 +41,8 @@ class Loop:
             if self._stopped.is_set():
                 return
             try:
-                result = self._step()
+                self._step()
             except Exception:
                 logger.exception("local loop step failed", extra={"loop": self.name})
                 continue
-            with self._stepped:
-                self.steps += 1
-                self.last_result = result
-                self._stepped.notify_all()
+            self.on_step()

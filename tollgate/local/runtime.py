@@ -1,7 +1,11 @@
-"""Assembles the local system in one process: PostgreSQL, moto, migrations, the authorizer and the API."""
+"""Assembles the whole system in one process: PostgreSQL, moto, the simulated provider, the API and its
+authorizer, the relay, the scheduler and two workers, each piece built by the same wiring as in AWS."""
 
 from __future__ import annotations
 
+import os
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,11 +16,12 @@ from tollgate.api.app import create_app, handle
 from tollgate.authorizer import authorize_request
 from tollgate.db import Database, build_database
 from tollgate.db.migrations import apply_migrations
-from tollgate.ingress import ingest_once
+from tollgate.llm.simulator import Latency, SimulatedProvider, SimulatorConfig
 from tollgate.local.aws import JobsQueues, LocalAws, create_documents_bucket, create_jobs_queues
 from tollgate.local.gateway import LocalGateway
 from tollgate.local.loops import Loop
 from tollgate.local.postgres import server_url
+from tollgate.local.workers import WorkerThread
 from tollgate.metrics import RecordedMetrics
 from tollgate.nudge import EventNudger
 from tollgate.outbox import relay_outbox
@@ -30,10 +35,22 @@ from tollgate.settings import (
     SchedulerSettings,
     WorkerSettings,
 )
-from tollgate.wiring import build_api, build_authorizer, build_ingress, build_relay, build_scheduler
+from tollgate.wiring import (
+    build_api,
+    build_authorizer,
+    build_execution,
+    build_ingress,
+    build_relay,
+    build_scheduler,
+    worker_config,
+)
 
 DEFAULT_DATA_DIR = Path(".tollgate")
 LOCAL_BUCKET = "tollgate-documents-local"
+# A provider with realistic latency and quotas generous enough that the demo is not about throttling.
+LOCAL_SIMULATOR = SimulatorConfig(
+    requests_per_minute=3000, tokens_per_minute=6_000_000, max_concurrency=16, latency=Latency(0.25), seed=7
+)
 
 
 @dataclass
@@ -52,7 +69,20 @@ class LocalStack:
     metrics: RecordedMetrics = field(default_factory=RecordedMetrics)
     queues: JobsQueues | None = None
     loops: dict[str, Loop] = field(default_factory=dict)
+    workers: int = 2
+    simulator_config: SimulatorConfig = field(default_factory=lambda: LOCAL_SIMULATOR)
+    simulator: SimulatedProvider | None = None
+    activity: threading.Condition = field(default_factory=threading.Condition)
     _closers: list[Any] = field(default_factory=list)
+
+    def notify_activity(self) -> None:
+        with self.activity:
+            self.activity.notify_all()
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Blocks until ``predicate`` holds, re-checking whenever a loop or worker did something."""
+        with self.activity:
+            return self.activity.wait_for(predicate, timeout)
 
     @property
     def api_url(self) -> str:
@@ -99,31 +129,54 @@ class LocalStack:
         return self
 
     def _start_pipeline(self, url: SecretStr, relay_wake: EventNudger) -> None:
-        """The relay (nudged by the API, swept on an interval), the scheduler and the worker's ingress."""
+        """The relay (nudged by the API, swept on an interval), the scheduler, and the workers."""
         assert self.queues is not None
         queue_url = self.queues.url
         relay = build_relay(RelaySettings(database_url=url, jobs_queue_url=queue_url))
         scheduler = build_scheduler(SchedulerSettings(database_url=url), self.metrics)
-        # A short long-poll keeps Ctrl-C prompt; in AWS the worker waits the full 20 s.
-        ingress = build_ingress(
-            WorkerSettings(
-                database_url=url,
-                jobs_queue_url=queue_url,
-                documents_bucket=LOCAL_BUCKET,
-                ingress_wait_seconds=1,
-            )
-        )
-        for db in (relay.db, scheduler.db, ingress.db):
+        for db in (relay.db, scheduler.db):
             self._closers.append(db.close)
         loops = [
             Loop("relay", lambda: relay_outbox(relay), self.relay_sweep_seconds, wake=relay_wake.event),
             Loop("scheduler", lambda: run_scheduler(scheduler), self.scheduler_interval_seconds),
-            Loop("ingress", lambda: ingest_once(ingress), 0),
         ]
         for loop in loops:
+            loop.on_step = self.notify_activity
             loop.start()
             self._closers.append(loop.stop)
             self.loops[loop.name] = loop
+        self._start_workers(url, queue_url)
+
+    def _start_workers(self, url: SecretStr, queue_url: str) -> None:
+        overrides: dict[str, Any] = {}
+        if not (os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL")):
+            self.simulator = SimulatedProvider(self.simulator_config)
+            overrides["openai_base_url"] = self.simulator.start()
+            overrides["openai_api_key"] = SecretStr("simulated")
+            self._closers.append(self.simulator.stop)
+        for number in range(1, self.workers + 1):
+            settings = WorkerSettings(
+                database_url=url,
+                jobs_queue_url=queue_url,
+                documents_bucket=LOCAL_BUCKET,
+                worker_id=f"local-worker-{number}",
+                # Short waits keep Ctrl-C prompt; in AWS the worker long-polls for 20 s.
+                ingress_wait_seconds=1,
+                claim_idle_seconds=1.0,
+                drain_seconds=10.0,
+                **overrides,
+            )
+            db = build_database(settings, pool_name=f"worker-{number}")
+            worker = WorkerThread(
+                f"worker-{number}",
+                build_ingress(settings, db),
+                build_execution(settings, db),
+                worker_config(settings),
+                self.notify_activity,
+            )
+            worker.start()
+            self._closers.append(db.close)
+            self._closers.append(worker.stop)
 
     def stop(self) -> None:
         while self._closers:

@@ -2,7 +2,8 @@
 SELECT tenant_id, key_id FROM resolve_api_key(%(key_hash)s)
 
 -- name: insert_tenant
-INSERT INTO tenants (tenant_id, name) VALUES (%(tenant_id)s, %(name)s)
+INSERT INTO tenants (tenant_id, name, allowed_currencies)
+VALUES (%(tenant_id)s, %(name)s, coalesce(%(allowed_currencies)s::text[], ARRAY['EUR', 'USD', 'GBP', 'CHF']))
 ON CONFLICT (name) DO NOTHING
 RETURNING tenant_id
 

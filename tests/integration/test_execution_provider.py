@@ -1,0 +1,220 @@
+"""Executing jobs against the simulated provider over real HTTP: faults end in the right state with the
+right attempt history, a worker killed after the provider answered loses nothing and duplicates nothing,
+and a prompt injection is extracted as data."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import subprocess
+import sys
+from datetime import timedelta
+
+import openai
+import psycopg
+import pytest
+
+from tests.integration.test_execution import claim, make_deps, rows
+from tests.support import job_row
+from tollgate.clock import FakeClock, SystemClock, new_id
+from tollgate.jobs.execution import AttemptEnd, run_attempt
+from tollgate.jobs.retry import RetryPolicy
+from tollgate.llm.client import OpenAIExtractor
+from tollgate.llm.simulator import Fault, SimulatedProvider, SimulatorConfig
+from tollgate.local.aws import create_jobs_queues
+from tollgate.local.runtime import LOCAL_BUCKET
+from tollgate.metrics import RecordedMetrics
+from tollgate.samples import INJECTION, SUPPLIERS, generate_invoices, request_body
+from tollgate.scheduling import SchedulerDeps, run_scheduler
+from tollgate.suppliers import add_supplier
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def provider():
+    with SimulatedProvider(SimulatorConfig(requests_per_minute=None, tokens_per_minute=None)) as simulator:
+        yield simulator
+
+
+@pytest.fixture
+def simulator(provider):
+    provider.clear_faults()
+    yield provider
+    provider.release_held()
+
+
+@pytest.fixture
+def known_tenant(make_tenant, system_db, clean_db):
+    currencies = sorted({s.currency for s in SUPPLIERS})
+    tenant = make_tenant("known-suppliers")
+    with psycopg.connect(clean_db) as conn:
+        conn.execute(
+            "UPDATE tenants SET allowed_currencies = %s WHERE tenant_id = %s", (currencies, tenant.tenant_id)
+        )
+    for supplier in SUPPLIERS:
+        add_supplier(system_db, tenant.tenant_id, supplier.name, supplier.iban, new_id)
+    return tenant
+
+
+def over_http(system_db, simulator, clock=None, timeout_seconds=30.0):
+    clock = clock or SystemClock()
+    client = openai.AsyncOpenAI(base_url=simulator.base_url, api_key="simulated", max_retries=0)
+    return make_deps(
+        system_db,
+        OpenAIExtractor(client, clock),
+        clock=clock,
+        retry_policy=RetryPolicy(base_seconds=2, cap_seconds=60, attempt_timeout_seconds=timeout_seconds),
+    )
+
+
+def attempts(deps, job_id, count, clock=None, advance=600.0):
+    """Runs ``count`` claim-and-attempt rounds in one event loop (the async HTTP client lives in it);
+    returns each round's report and the job row right after it."""
+
+    async def rounds():
+        results = []
+        for _ in range(count):
+            report = await run_attempt(deps, claim(deps))
+            results.append((report, job_row(deps.db.pool.conninfo, job_id)))
+            if clock is not None:
+                clock.advance(advance)
+        return results
+
+    return asyncio.run(rounds())
+
+
+def submit_sample(tenant, kind="clean", seed=1):
+    [invoice] = generate_invoices(1, seed=seed, kinds=[kind])
+    return tenant.client.submit(request_body(invoice), secrets.token_hex(6)).json["job_id"], invoice
+
+
+def test_a_clean_invoice_is_extracted_validated_and_recorded(known_tenant, system_db, simulator, clean_db):
+    _, invoice = submit_sample(known_tenant)
+    deps = over_http(system_db, simulator)
+
+    report = asyncio.run(run_attempt(deps, claim(deps)))
+
+    assert report.end is AttemptEnd.SUCCEEDED, report.reasons
+    [(tokens_in, request_id)] = rows(clean_db, "SELECT input_tokens, provider_request_id FROM job_attempts")
+    assert tokens_in > 0 and request_id
+    [(total,)] = rows(clean_db, "SELECT result->>'total' FROM extraction_results")
+    assert total == f"{invoice.total:.2f}"
+
+
+def test_the_prompt_injection_invoice_is_extracted_as_data(known_tenant, system_db, simulator, clean_db):
+    _, invoice = submit_sample(known_tenant, kind=INJECTION, seed=3)
+    assert invoice.has_injection
+    deps = over_http(system_db, simulator)
+
+    report = asyncio.run(run_attempt(deps, claim(deps)))
+
+    assert report.end is AttemptEnd.SUCCEEDED, report.reasons
+    [(total,)] = rows(clean_db, "SELECT result->>'total' FROM extraction_results")
+    assert total == f"{invoice.total:.2f}", "the printed total, not the one the injected line asks for"
+
+
+@pytest.mark.parametrize(
+    ("fault", "outcome"),
+    [
+        (Fault.RATE_LIMIT, "throttled"),
+        (Fault.MALFORMED_JSON, "invalid_output"),
+        (Fault.WRONG_SCHEMA, "invalid_output"),
+        (Fault.SERVER_ERROR, "transient"),
+        (Fault.TIMEOUT, "timeout"),
+    ],
+)
+def test_a_provider_fault_schedules_a_retry_that_then_succeeds(
+    known_tenant, system_db, simulator, clean_db, fault, outcome
+):
+    job_id, _ = submit_sample(known_tenant)
+    clock = FakeClock(SystemClock().now())
+    simulator.queue_fault(fault)
+    deps = over_http(system_db, simulator, clock, timeout_seconds=1.0 if fault is Fault.TIMEOUT else 30.0)
+
+    started = clock.now()
+    (first, after_first), (second, _) = attempts(deps, job_id, 2, clock)
+
+    assert (first.end, second.end) == (AttemptEnd.RETRY_SCHEDULED, AttemptEnd.SUCCEEDED)
+    history = rows(clean_db, "SELECT attempt, outcome FROM job_attempts ORDER BY attempt")
+    assert history == [(1, outcome), (2, "ok")]
+    if fault is Fault.RATE_LIMIT:  # the provider's Retry-After (2 s here) is a floor under the backoff
+        assert after_first["next_attempt_at"] >= started + timedelta(seconds=2)
+    assert rows(clean_db, "SELECT count(*) FROM extraction_results") == [(1,)]
+
+
+def test_a_429_storm_exhausts_the_attempts_and_fails_with_the_history(
+    known_tenant, system_db, simulator, clean_db
+):
+    job_id, _ = submit_sample(known_tenant)
+    clock = FakeClock(SystemClock().now())
+    simulator.queue_fault(Fault.RATE_LIMIT, count=5)
+    deps = over_http(system_db, simulator, clock)
+
+    ends = [report.end for report, _ in attempts(deps, job_id, 5, clock)]
+
+    assert ends[-1] is AttemptEnd.FAILED_TERMINAL and set(ends[:-1]) == {AttemptEnd.RETRY_SCHEDULED}
+    assert rows(clean_db, "SELECT DISTINCT outcome FROM job_attempts") == [("throttled",)]
+    assert job_row(clean_db, job_id)["last_error"]["reason"] == "attempts_exhausted"
+
+
+def test_an_arithmetic_mistake_goes_to_review(known_tenant, system_db, simulator, clean_db):
+    submit_sample(known_tenant)
+    simulator.queue_fault(Fault.ARITHMETIC)
+    deps = over_http(system_db, simulator)
+
+    report = asyncio.run(run_attempt(deps, claim(deps)))
+
+    assert report.end is AttemptEnd.REVIEW_REQUIRED
+    assert "line_amount_mismatch" in [r["code"] for r in report.reasons]
+
+
+def test_a_worker_killed_after_the_provider_answered_is_retried_and_ends_with_one_result(
+    known_tenant, system_db, simulator, clean_db, local_aws
+):
+    job_id, _ = submit_sample(known_tenant)
+    queues = create_jobs_queues(f"crash-{secrets.token_hex(4)}")
+    env = {
+        **os.environ,
+        "DATABASE_URL": clean_db,
+        "JOBS_QUEUE_URL": queues.url,
+        "DOCUMENTS_BUCKET": LOCAL_BUCKET,
+        "OPENAI_BASE_URL": simulator.base_url,
+        "OPENAI_API_KEY": "simulated",
+        "CRASHPOINTS": json.dumps(["after_provider_response"]),
+        "EXECUTION_SLOTS": "1",
+        "INGRESS_WAIT_SECONDS": "0",
+        "CLAIM_IDLE_SECONDS": "0.2",
+    }
+    completions_before = simulator.stats.completions
+
+    worker = subprocess.run(
+        [sys.executable, "-m", "worker.main"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert worker.returncode == 137, worker.stderr[-2000:]
+    assert simulator.stats.completions == completions_before + 1, "the provider answered before the crash"
+    assert job_row(clean_db, job_id)["state"] == "RUNNING"
+    assert rows(clean_db, "SELECT count(*) FROM extraction_results") == [(0,)]
+
+    clock = FakeClock(SystemClock().now() + timedelta(seconds=61))  # the dead worker's lease runs out
+    run_scheduler(SchedulerDeps(system_db, clock, new_id, RecordedMetrics(), RetryPolicy(), lambda lo, hi: 0))
+    deps = over_http(system_db, simulator, clock)
+    report = asyncio.run(run_attempt(deps, claim(deps)))
+
+    assert report.end is AttemptEnd.SUCCEEDED
+    assert rows(clean_db, "SELECT count(*) FROM extraction_results") == [(1,)]
+    assert rows(
+        clean_db, "SELECT count(*) FROM outbox_events WHERE event_type = 'extraction.completed.v1'"
+    ) == [(1,)]
+    assert rows(clean_db, "SELECT attempt, outcome FROM job_attempts ORDER BY attempt") == [
+        (1, "lease_expired"),
+        (2, "ok"),
+    ]
