@@ -147,7 +147,23 @@ class SchedulerSettings(SystemDatabaseSettings, RetrySettings):
     scheduler_batch_size: int = Field(default=500, ge=1, description="Jobs reaped or expired per pass.")
 
 
-class WorkerSettings(SystemDatabaseSettings, RetrySettings, ExtractionSettings):
+class LimiterSettings(BaseSettings):
+    """The provider budget every worker shares: limits per provider pool, and where the budget is kept."""
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    provider_pool: str = Field(
+        default="openai:default", description="Scope of the provider budget: provider project + model pool."
+    )
+    provider_requests_per_minute: float = Field(default=500, gt=0, description="Budget: requests per minute.")
+    provider_tokens_per_minute: float = Field(default=200_000, gt=0, description="Budget: tokens per minute.")
+    provider_max_in_flight: int = Field(default=50, ge=1, description="Budget: calls in flight at once.")
+    limiter_table: str | None = Field(
+        default=None, description="DynamoDB table of the shared budget; unset means a per-process budget."
+    )
+
+
+class WorkerSettings(SystemDatabaseSettings, RetrySettings, ExtractionSettings, LimiterSettings):
     """The ECS worker: ingress consumer and execution slots."""
 
     jobs_queue_url: str = Field(description="URL of the jobs SQS FIFO queue.")
@@ -182,12 +198,6 @@ class WorkerSettings(SystemDatabaseSettings, RetrySettings, ExtractionSettings):
     claim_idle_seconds: float = Field(
         default=2.0, gt=0, description="Wait between claims when nothing is runnable (or until nudged)."
     )
-    provider_pool: str = Field(
-        default="openai:default", description="Scope of the provider budget: provider project + model pool."
-    )
-    provider_requests_per_minute: float = Field(default=500, gt=0, description="Budget: requests per minute.")
-    provider_tokens_per_minute: float = Field(default=200_000, gt=0, description="Budget: tokens per minute.")
-    provider_max_in_flight: int = Field(default=50, ge=1, description="Budget: calls in flight at once.")
     drain_seconds: float = Field(
         default=100.0,
         ge=0,

@@ -18,7 +18,7 @@ from tollgate.ingress import IngressDeps
 from tollgate.jobs.execution import ExecutionDeps, ModelRouter
 from tollgate.jobs.retry import RetryPolicy
 from tollgate.limiter import Limiter
-from tollgate.limiter.local import InProcessLimiter
+from tollgate.limiter.factory import build_limiter
 from tollgate.llm.client import LlmClient, OpenAIExtractor
 from tollgate.metrics import MetricsSink
 from tollgate.nudge import LambdaNudger, NoNudge, Nudger
@@ -106,13 +106,7 @@ def build_execution(
         db=db,
         documents=S3DocumentStore(boto3.client("s3"), settings.documents_bucket),
         llm=llm,
-        limiter=limiter
-        or InProcessLimiter(
-            clock,
-            requests_per_minute=settings.provider_requests_per_minute,
-            tokens_per_minute=settings.provider_tokens_per_minute,
-            max_in_flight=settings.provider_max_in_flight,
-        ),
+        limiter=limiter or build_limiter(settings, clock),
         clock=clock,
         new_id=new_id,
         retry_policy=retry_policy(settings),
