@@ -100,6 +100,33 @@ def tenants_create(name: str, data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
     print(tenant.api_key)
 
 
+@tenants_app.command("add-supplier")
+def tenants_add_supplier(
+    tenant: Annotated[str, typer.Argument(help="The tenant's name.")],
+    supplier: Annotated[str, typer.Argument(help="The supplier's legal name as it appears on invoices.")],
+    iban: Annotated[
+        str | None, typer.Option(help="The supplier's IBAN on file (checked on invoices).")
+    ] = None,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+) -> None:
+    """Add a supplier to a tenant's master data; invoices from unknown suppliers go to review."""
+    from tollgate.clock import new_id
+    from tollgate.db import build_database
+    from tollgate.errors import TollgateError
+    from tollgate.suppliers import add_supplier, find_tenant
+
+    url = _database_url(data_dir)
+    db = build_database(DatabaseSettings(database_url=SecretStr(url), database_role="tollgate_system"))
+    try:
+        add_supplier(db, find_tenant(db, tenant), supplier, iban, new_id)
+    except TollgateError as error:
+        console.print(f"[red]{error.detail}[/red]")
+        raise typer.Exit(2) from None
+    finally:
+        db.close()
+    console.print(f"supplier {supplier!r} added to {tenant}")
+
+
 @db_app.command("migrate")
 def db_migrate(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
     """Apply pending migrations (DATABASE_URL, or the embedded server)."""

@@ -28,3 +28,13 @@ def add_supplier(db: Database, tenant_id: UUID, name: str, iban: str | None, new
                 "iban": compact,
             },
         )
+
+
+def find_tenant(db: Database, name: str) -> UUID:
+    """A tenant's id by its name (support and operator commands name tenants, not ids)."""
+    with db.transaction() as conn:
+        row = conn.execute(db.q.find_tenant_by_name, {"name": name}).fetchone()
+    if row is None:
+        raise InvalidRequest(f"no tenant named {name!r}")
+    tenant_id: UUID = row["tenant_id"]
+    return tenant_id

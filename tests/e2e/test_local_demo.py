@@ -47,3 +47,31 @@ def test_tenants_create_prints_the_key_once_on_stdout(fresh_database, tmp_path):
     assert first.stdout.strip().splitlines()[-1].startswith("tg_")
     assert again.returncode == 2
     assert "already exists" in again.stdout + again.stderr
+
+
+def test_add_supplier_checks_the_iban_and_the_tenant(fresh_database, tmp_path):
+    env = {**os.environ, "DATABASE_URL": fresh_database()}
+    cli = [sys.executable, "-m", "tollgate.cli"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*cli, *args, "--data-dir", str(tmp_path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    assert run("tenants", "create", "acme").returncode == 0
+    good = run(
+        "tenants", "add-supplier", "acme", "Nordwind Logistik GmbH", "--iban", "DE89370400440532013000"
+    )
+    bad_iban = run(
+        "tenants", "add-supplier", "acme", "Nordwind Logistik GmbH", "--iban", "DE00370400440532013000"
+    )
+    no_tenant = run("tenants", "add-supplier", "nobody", "Nordwind Logistik GmbH")
+
+    assert good.returncode == 0, good.stderr
+    assert bad_iban.returncode == 2 and "not a valid IBAN" in bad_iban.stdout
+    assert no_tenant.returncode == 2 and "no tenant named" in no_tenant.stdout

@@ -10,3 +10,6 @@ RETURNING tenant_id
 -- name: insert_api_key
 INSERT INTO api_keys (key_id, tenant_id, key_hash, key_prefix)
 VALUES (%(key_id)s, %(tenant_id)s, %(key_hash)s, %(key_prefix)s)
+
+-- name: find_tenant_by_name
+SELECT tenant_id, name FROM tenants WHERE name = %(name)s
