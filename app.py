@@ -19,6 +19,8 @@ from cdk_nag import AwsSolutionsChecks
 from stacks.api_stack import ApiStack
 from stacks.config import REPO_ROOT, StageConfig
 from stacks.data_stack import DataStack
+from stacks.pipeline_stack import PipelineStack
+from stacks.worker_stack import WorkerStack
 
 CDK_JSON = Path(__file__).resolve().parent / "cdk.json"
 
@@ -50,16 +52,38 @@ def build_app(
         config=config,
         description=f"Tollgate {config.stage}: network, Aurora PostgreSQL, RDS Proxy, documents bucket",
     )
+    database = {
+        "vpc": data.vpc,
+        "database_proxy": data.database_proxy,
+        "database_secret": data.database_secret,
+        "database_clients": data.database_clients,
+    }
+    # Data <- Pipeline <- Api and Worker: the API nudges the relay and the worker consumes the queue, both
+    # owned by the pipeline, which itself needs nothing from either, so references only point one way.
+    pipeline = PipelineStack(
+        app,
+        config.stack_name("Pipeline"),
+        config=config,
+        **database,
+        description=f"Tollgate {config.stage}: jobs FIFO queue and DLQ, outbox relay, scheduler, alarms",
+    )
     ApiStack(
         app,
         config.stack_name("Api"),
         config=config,
-        vpc=data.vpc,
-        database_proxy=data.database_proxy,
-        database_secret=data.database_secret,
-        database_clients=data.database_clients,
+        **database,
         documents_bucket=data.documents_bucket,
+        relay_function=pipeline.relay_function,
         description=f"Tollgate {config.stage}: public REST API, authorizer, acceptance Lambda",
+    )
+    WorkerStack(
+        app,
+        config.stack_name("Worker"),
+        config=config,
+        **database,
+        documents_bucket=data.documents_bucket,
+        jobs_queue=pipeline.jobs_queue,
+        description=f"Tollgate {config.stage}: ECS Fargate worker, its scaling and the OpenAI key secret",
     )
 
     for key, value in (("project", "tollgate"), ("stage", config.stage)):

@@ -1,6 +1,7 @@
 """ApiStack: the public REST API, its API-key authorizer and the acceptance Lambda behind it.
 
-Everything the stack connects to (VPC, proxy, secret, bucket) is passed in by ``app.py`` from DataStack.
+Everything the stack connects to (VPC, proxy, secret, bucket) is passed in by ``app.py`` from DataStack, and
+the outbox relay it nudges from PipelineStack.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 import aws_cdk as cdk
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_rds as rds
 from aws_cdk import aws_s3 as s3
@@ -65,6 +67,7 @@ class ApiStack(cdk.Stack):
         database_secret: secretsmanager.ISecret,
         database_clients: ec2.ISecurityGroup,
         documents_bucket: s3.IBucket,
+        relay_function: lambda_.IFunction,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, env=config.environment, **kwargs)
@@ -90,6 +93,7 @@ class ApiStack(cdk.Stack):
             environment={
                 **database_environment,
                 "DOCUMENTS_BUCKET": config.documents_bucket_name,
+                "RELAY_FUNCTION_NAME": relay_function.function_name,
                 **settings_environment(config.admission),
                 **settings_environment(config.jobs),
             },
@@ -112,6 +116,8 @@ class ApiStack(cdk.Stack):
         )
         for handler in (self.api_handler, self.authorizer_handler):
             database_secret.grant_read(handler.function)
+        # The nudge invokes the unqualified name, so no version or alias (and no ARN wildcard) is granted.
+        relay_function.grant_invoke_latest_version(self.api_handler.function)
         self._grant_documents(config, documents_bucket)
 
         self.api = self._rest_api(config)

@@ -6,6 +6,7 @@ One validated, frozen ``StageConfig`` is built per synth; stacks read nothing el
 from __future__ import annotations
 
 import ipaddress
+import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -15,7 +16,15 @@ from aws_cdk import aws_logs as logs
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 from pydantic_settings import BaseSettings
 
-from tollgate.settings import AdmissionSettings, ApiSettings, AuthorizerSettings
+from tollgate.settings import (
+    AdmissionSettings,
+    ApiSettings,
+    AuthorizerSettings,
+    RelaySettings,
+    RetrySettings,
+    SchedulerSettings,
+    WorkerSettings,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_LAYER_DIR = REPO_ROOT / "build" / "layer"
@@ -54,10 +63,67 @@ JobLimits = _settings_section(
 AuthorizerLimits = _settings_section("AuthorizerLimits", AuthorizerSettings, ("api_key_cache_ttl_seconds",))
 """The authorizer's own key cache; fields of ``AuthorizerSettings``."""
 
+RelayLimits = _settings_section(
+    "RelayLimits",
+    RelaySettings,
+    ("relay_batch_size", "relay_max_batches", "relay_claim_seconds", "message_group_shards"),
+)
+"""How much the outbox relay claims and sends per run; fields of ``RelaySettings``."""
+
+RetryLimits = _settings_section("RetryLimits", RetrySettings, RetrySettings.model_fields)
+"""The job retry policy. One section for both readers, the scheduler (reaped leases) and the worker (failed
+attempts), so the two can never schedule retries differently; the fields of ``RetrySettings``."""
+
+SchedulerLimits = _settings_section("SchedulerLimits", SchedulerSettings, ("scheduler_batch_size",))
+"""The scheduler's batch per pass; fields of ``SchedulerSettings``."""
+
+WorkerTuning = _settings_section(
+    "WorkerTuning",
+    WorkerSettings,
+    (
+        "ingress_wait_seconds",
+        "ingress_failure_visibility_seconds",
+        "model_small",
+        "model_large",
+        "small_model_max_chars",
+        "model_prices",
+        "execution_slots",
+        "lease_seconds",
+        "heartbeat_seconds",
+        "tenant_max_in_flight",
+        "claim_idle_seconds",
+        "provider_pool",
+        "provider_requests_per_minute",
+        "provider_tokens_per_minute",
+        "provider_max_in_flight",
+        "drain_seconds",
+    ),
+)
+"""The worker's models, prices, slots, leases and provider budget: fields of ``WorkerSettings`` that need no
+resource. Not ``max_output_tokens``: the worker takes the API's (``jobs``), which acceptance used."""
+
+# ECS sends SIGTERM, then SIGKILL this much later; Fargate allows no more.
+WORKER_STOP_TIMEOUT_SECONDS = 120
+
+# Fargate's CPU units -> the memory (MiB) each size accepts.
+FARGATE_MEMORY = {
+    256: (512, 1024, 2048),
+    512: tuple(range(1024, 4097, 1024)),
+    1024: tuple(range(2048, 8193, 1024)),
+    2048: tuple(range(4096, 16385, 1024)),
+    4096: tuple(range(8192, 30721, 1024)),
+}
+
 
 def settings_environment(section: BaseModel) -> dict[str, str]:
-    """Render a settings section as Lambda environment variables (upper-case names, string values)."""
-    return {name.upper(): str(value) for name, value in section.model_dump().items()}
+    """Render a settings section as environment variables (upper-case names, string values).
+
+    Structured values (a dict of model prices) become JSON, which is how pydantic-settings reads them back.
+    """
+    return {
+        name.upper(): json.dumps(value) if isinstance(value, dict | list) else str(value)
+        for name, value in section.model_dump(mode="json").items()
+    }
 
 
 class StageConfig(BaseModel):
@@ -97,6 +163,66 @@ class StageConfig(BaseModel):
         default=300, ge=0, le=3600, description="How long API Gateway caches an authorizer decision."
     )
 
+    jobs_queue_max_receive_count: int = Field(
+        default=5,
+        ge=1,
+        le=1000,
+        description="Receives of one jobs-queue message before SQS moves it to the dead-letter queue.",
+    )
+    jobs_queue_visibility_seconds: int = Field(
+        default=60,
+        ge=30,
+        le=43_200,
+        description=(
+            "How long a received message stays hidden. The worker's ingress only records it in the inbox "
+            "and deletes it, which takes well under a second; the margin covers a slow database."
+        ),
+    )
+    relay_reserved_concurrency: int = Field(
+        default=2,
+        ge=1,
+        le=20,
+        description="Outbox relay runs at once: nudges after each commit must not stampede the database.",
+    )
+    outbox_age_alarm_seconds: int = Field(
+        default=300, ge=60, description="Alarm when the oldest unpublished outbox event is older."
+    )
+    jobs_queue_age_alarm_seconds: int = Field(
+        default=300, ge=60, description="Alarm when the oldest jobs-queue message waits longer for ingress."
+    )
+    alarm_email: str | None = Field(
+        default=None,
+        pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$",
+        description="Subscribed to the alarm topic; the address must confirm the subscription.",
+    )
+
+    worker_cpu: int = Field(default=512, description="Fargate CPU units of one worker task.")
+    worker_memory_mib: int = Field(default=1024, description="Memory of one worker task.")
+    worker_min_tasks: int = Field(
+        default=1,
+        ge=1,
+        description="At least one, so the jobs queue always has a consumer and its age alarm means a fault.",
+    )
+    worker_max_tasks: int = Field(
+        default=4,
+        ge=1,
+        le=100,
+        description=(
+            "Ceiling of the worker service. More tasks than the provider budget can feed only wait on the "
+            "limiter, so size it with the requests/tokens per minute in mind."
+        ),
+    )
+    worker_scale_out_runnable_jobs: int = Field(
+        default=20,
+        ge=1,
+        description="Runnable jobs at which one worker task is added (four times as many add three).",
+    )
+    worker_scale_out_job_age_seconds: int = Field(
+        default=120,
+        ge=60,
+        description="Age of the oldest eligible job at which a task is added even if the backlog is small.",
+    )
+
     log_retention: str = Field(default="ONE_MONTH", description="A member name of aws_logs.RetentionDays.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     removal_policy: Literal["retain", "destroy"] = Field(
@@ -106,6 +232,10 @@ class StageConfig(BaseModel):
     admission: AdmissionLimits = Field(default_factory=AdmissionLimits)  # type: ignore[valid-type]
     jobs: JobLimits = Field(default_factory=JobLimits)  # type: ignore[valid-type]
     authorizer: AuthorizerLimits = Field(default_factory=AuthorizerLimits)  # type: ignore[valid-type]
+    relay: RelayLimits = Field(default_factory=RelayLimits)  # type: ignore[valid-type]
+    retry: RetryLimits = Field(default_factory=RetryLimits)  # type: ignore[valid-type]
+    scheduler: SchedulerLimits = Field(default_factory=SchedulerLimits)  # type: ignore[valid-type]
+    worker: WorkerTuning = Field(default_factory=WorkerTuning)  # type: ignore[valid-type]
 
     layer_dir: Path = Field(
         default=DEFAULT_LAYER_DIR, description="Folder holding python/ with the Lambda dependencies."
@@ -140,6 +270,20 @@ class StageConfig(BaseModel):
             raise ValueError("a throttle burst must be at least its rate")
         if self.usage_plan_rate > self.api_throttle_rate:
             raise ValueError("a tenant's usage plan rate cannot exceed the stage throttle")
+        if self.worker_min_tasks > self.worker_max_tasks:
+            raise ValueError("worker_min_tasks exceeds worker_max_tasks")
+        if self.worker_memory_mib not in FARGATE_MEMORY.get(self.worker_cpu, ()):
+            raise ValueError(
+                f"Fargate has no task size of {self.worker_cpu} CPU units with {self.worker_memory_mib} MiB"
+            )
+        if self.worker.drain_seconds >= WORKER_STOP_TIMEOUT_SECONDS:
+            raise ValueError(
+                f"worker.drain_seconds must end before ECS kills the task {WORKER_STOP_TIMEOUT_SECONDS} s "
+                "after SIGTERM, leaving time to hand unfinished attempts back"
+            )
+        if self.relay.relay_claim_seconds > 900:
+            # The relay's timeout is its claim lease (PipelineStack), and Lambda stops at 15 minutes.
+            raise ValueError("relay.relay_claim_seconds cannot exceed Lambda's 900-second limit")
         if self.max_azs > 2 and (self.account is None or self.region is None):
             # An environment-agnostic stack can only address two AZs (Fn::GetAZs); say so instead of
             # silently deploying fewer than asked.

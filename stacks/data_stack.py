@@ -80,6 +80,20 @@ class DataStack(cdk.Stack):
             subnets=ISOLATED,
             open=False,
         )
+        # Application traffic with no public route either: the worker pulls its image (ECR API and registry;
+        # the layers themselves come through the S3 gateway), the relay sends to the jobs queue and the
+        # worker consumes it, and the API Lambda nudges the relay through Lambda's API.
+        self.application_endpoints = {
+            name: self.vpc.add_interface_endpoint(name, service=service, subnets=ISOLATED, open=False)
+            for name, service in (
+                ("EcrApi", ec2.InterfaceVpcEndpointAwsService.ECR),
+                ("EcrDocker", ec2.InterfaceVpcEndpointAwsService.ECR_DOCKER),
+                ("Sqs", ec2.InterfaceVpcEndpointAwsService.SQS),
+                ("Lambda", ec2.InterfaceVpcEndpointAwsService.LAMBDA_),
+            )
+        }
+        for endpoint in self.application_endpoints.values():
+            endpoint.connections.allow_default_port_from(self.database_clients)
         for clients in (self.database_clients, self.migration_clients, proxy_security_group):
             self.secrets_manager_endpoint.connections.allow_default_port_from(clients)
         for clients in (self.database_clients, self.migration_clients):

@@ -21,6 +21,8 @@ from app import build_app
 from stacks.api_stack import ApiStack
 from stacks.config import StageConfig
 from stacks.data_stack import DataStack
+from stacks.pipeline_stack import PipelineStack
+from stacks.worker_stack import WorkerStack
 from tests.infrastructure.synth import Synthesized
 
 
@@ -47,6 +49,8 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
         outdir=outdir,
         data_stack=stacks[DataStack],
         api_stack=stacks[ApiStack],
+        pipeline_stack=stacks[PipelineStack],
+        worker_stack=stacks[WorkerStack],
         validation_error=validation_error,
         validation_report=report,
     )
@@ -66,6 +70,18 @@ def data_template(synthesized: Synthesized) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def api_template(synthesized: Synthesized) -> dict[str, Any]:
     template: dict[str, Any] = Template.from_stack(synthesized.api_stack).to_json()
+    return template
+
+
+@pytest.fixture(scope="session")
+def pipeline_template(synthesized: Synthesized) -> dict[str, Any]:
+    template: dict[str, Any] = Template.from_stack(synthesized.pipeline_stack).to_json()
+    return template
+
+
+@pytest.fixture(scope="session")
+def worker_template(synthesized: Synthesized) -> dict[str, Any]:
+    template: dict[str, Any] = Template.from_stack(synthesized.worker_stack).to_json()
     return template
 
 

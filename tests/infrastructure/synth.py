@@ -11,6 +11,8 @@ import aws_cdk as cdk
 from stacks.api_stack import ApiStack
 from stacks.config import StageConfig
 from stacks.data_stack import DataStack
+from stacks.pipeline_stack import PipelineStack
+from stacks.worker_stack import WorkerStack
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,8 @@ class Synthesized:
     outdir: Path
     data_stack: DataStack
     api_stack: ApiStack
+    pipeline_stack: PipelineStack
+    worker_stack: WorkerStack
     # The exception synth raised with validation on (cdk-nag), or None when it passed.
     validation_error: Exception | None
     # cdk.out/validation-report.json of that synth: violations, and suppressed ones with their reasons.

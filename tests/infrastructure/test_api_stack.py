@@ -208,6 +208,28 @@ def test_api_lambda_reads_and_writes_documents_but_cannot_delete_them(api_templa
     assert not [action for action in actions if action.startswith("s3:Delete")]
 
 
+def test_api_lambda_may_invoke_the_relay_and_only_its_latest_version(api_template: Template) -> None:
+    _, function = function_by_handler(api_template, "functions.api.handler.lambda_handler")
+    role_id = function["Properties"]["Role"]["Fn::GetAtt"][0]
+    (invoke,) = [
+        statement
+        for policy_id, statement in policy_statements(api_template)
+        if {"Ref": role_id} in resources(api_template, "AWS::IAM::Policy")[policy_id]["Properties"]["Roles"]
+        and "lambda:InvokeFunction" in as_list(statement["Action"])
+    ]
+    relay_name = function["Properties"]["Environment"]["Variables"]["RELAY_FUNCTION_NAME"]
+
+    assert as_list(invoke["Action"]) == ["lambda:InvokeFunction"]
+    relay_arn, latest = as_list(invoke["Resource"])
+    # The unqualified function and $LATEST, which is what an unqualified name invokes; no ":*" wildcard.
+    assert latest == {"Fn::Join": ["", [relay_arn, ":$LATEST"]]}
+    # The same relay the environment names, both read from the pipeline stack's outputs.
+    assert relay_arn["Fn::GetStackOutput"]["StackName"] == relay_name["Fn::GetStackOutput"]["StackName"]
+    assert relay_arn["Fn::GetStackOutput"]["OutputName"].startswith(
+        "PublishOutputFnGetAttOutboxRelayFunction"
+    )
+
+
 def test_authorizer_reads_the_database_secret_and_nothing_else(api_template: Template) -> None:
     actions = _actions_of(api_template, "functions.authorizer.handler.lambda_handler")
 
@@ -239,7 +261,7 @@ def test_documents_policy_names_the_data_stacks_bucket(
     assert s3_resources == {bucket_arn, bucket_arn + "/*"}
 
 
-@pytest.mark.parametrize("template_name", ["api_template", "data_template"])
+@pytest.mark.parametrize("template_name", ["api_template", "data_template", "pipeline_template"])
 def test_no_permission_on_every_resource_except_tracing_and_logging(
     template_name: str, request: pytest.FixtureRequest
 ) -> None:

@@ -72,6 +72,20 @@ def test_every_acknowledgement_matches_a_finding(
 def test_stacks_are_named_after_the_stage(synthesized: Synthesized) -> None:
     assert synthesized.data_stack.stack_name == "Tollgate-dev-Data"
     assert synthesized.api_stack.stack_name == "Tollgate-dev-Api"
+    assert synthesized.pipeline_stack.stack_name == "Tollgate-dev-Pipeline"
+    assert synthesized.worker_stack.stack_name == "Tollgate-dev-Worker"
+
+
+def test_stack_dependencies_point_one_way(synthesized: Synthesized) -> None:
+    """Data <- Pipeline <- Api and Worker: CloudFormation deploys them in that order, and no cycle can form."""
+
+    def depends_on(stack: Any) -> set[str]:
+        return {dependency.stack_name for dependency in stack.dependencies}
+
+    assert depends_on(synthesized.data_stack) == set()
+    assert depends_on(synthesized.pipeline_stack) == {"Tollgate-dev-Data"}
+    assert depends_on(synthesized.api_stack) == {"Tollgate-dev-Data", "Tollgate-dev-Pipeline"}
+    assert depends_on(synthesized.worker_stack) == {"Tollgate-dev-Data", "Tollgate-dev-Pipeline"}
 
 
 def test_resources_carry_project_and_stage_tags(api_template: dict[str, Any]) -> None:
@@ -108,10 +122,18 @@ def test_code_asset_holds_only_the_runtime_packages(
     assert (asset / "tollgate" / "settings.py").is_file()
 
 
-def test_both_stacks_use_the_same_code_asset(
-    synthesized: Synthesized, api_template: dict[str, Any], data_template: dict[str, Any]
+def test_every_stack_with_functions_uses_the_same_code_asset(
+    synthesized: Synthesized,
+    api_template: dict[str, Any],
+    data_template: dict[str, Any],
+    pipeline_template: dict[str, Any],
 ) -> None:
-    assert _code_asset(synthesized, api_template) == _code_asset(synthesized, data_template)
+    asset = _code_asset(synthesized, api_template)
+
+    assert _code_asset(synthesized, data_template) == asset
+    assert _code_asset(synthesized, pipeline_template) == asset
+    for entrypoint in ("outbox_relay", "scheduler"):
+        assert (asset / "functions" / entrypoint / "handler.py").is_file()
 
 
 def _layer_build_script() -> ModuleType:
@@ -123,13 +145,13 @@ def _layer_build_script() -> ModuleType:
 
 
 def test_layer_is_built_for_the_functions_runtime_and_architecture(
-    api_template: dict[str, Any], data_template: dict[str, Any]
+    api_template: dict[str, Any], data_template: dict[str, Any], pipeline_template: dict[str, Any]
 ) -> None:
     build = _layer_build_script()
 
     assert LAMBDA_RUNTIME.name == f"python{build.PYTHON_VERSION}"
     assert build.PIP_PLATFORM.endswith("_aarch64") and LAMBDA_ARCHITECTURE.name == "arm64"
-    for template in (api_template, data_template):
+    for template in (api_template, data_template, pipeline_template):
         for layer in resources(template, "AWS::Lambda::LayerVersion").values():
             assert layer["Properties"]["CompatibleRuntimes"] == [LAMBDA_RUNTIME.name]
             assert layer["Properties"]["CompatibleArchitectures"] == [LAMBDA_ARCHITECTURE.name]

@@ -8,8 +8,16 @@ import pytest
 from pydantic import ValidationError
 
 from app import cdk_json_context
-from stacks.config import REPO_ROOT, StageConfig, settings_environment
-from tollgate.settings import AdmissionSettings, ApiSettings, AuthorizerSettings
+from stacks.config import FARGATE_MEMORY, REPO_ROOT, StageConfig, settings_environment
+from tollgate.settings import (
+    AdmissionSettings,
+    ApiSettings,
+    AuthorizerSettings,
+    RelaySettings,
+    RetrySettings,
+    SchedulerSettings,
+    WorkerSettings,
+)
 
 pytestmark = pytest.mark.infrastructure
 
@@ -74,3 +82,70 @@ def test_section_defaults_are_the_settings_models_defaults() -> None:
         assert value == AdmissionSettings.model_fields[name].default
     for name, value in config.jobs.model_dump().items():
         assert value == ApiSettings.model_fields[name].default
+
+
+SECTION_MODELS = {
+    "relay": RelaySettings,
+    "retry": RetrySettings,
+    "scheduler": SchedulerSettings,
+    "worker": WorkerSettings,
+}
+
+
+@pytest.mark.parametrize(("section", "model"), SECTION_MODELS.items())
+def test_pipeline_and_worker_sections_are_fields_of_their_models(section: str, model: type) -> None:
+    config = StageConfig(stage="dev")
+    values = getattr(config, section)
+
+    assert set(settings_environment(values)) <= {name.upper() for name in model.model_fields}
+    for name, value in values.model_dump().items():
+        assert value == model.model_fields[name].default, name
+
+
+def test_the_retry_section_is_the_whole_retry_policy() -> None:
+    assert set(StageConfig(stage="dev").retry.model_dump()) == set(RetrySettings.model_fields)
+
+
+def test_structured_settings_render_as_json_the_models_read_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    prices = {"gpt-4.1-mini": [0.5, 2.0]}
+    config = StageConfig.from_context(
+        {"stage": "dev", "stages": {"dev": {"worker": {"model_prices": prices}}}}
+    )
+    rendered = settings_environment(config.worker)["MODEL_PRICES"]
+    monkeypatch.setenv("MODEL_PRICES", rendered)
+
+    settings = WorkerSettings(jobs_queue_url="q", documents_bucket="b", database_url="postgresql://x")
+
+    assert settings.model_prices == {"gpt-4.1-mini": (0.5, 2.0)}
+
+
+@pytest.mark.parametrize(("cpu", "memory"), [(256, 4096), (512, 512), (1024, 1536), (300, 1024)])
+def test_a_task_size_fargate_does_not_offer_is_rejected(cpu: int, memory: int) -> None:
+    with pytest.raises(ValidationError, match="Fargate has no task size"):
+        StageConfig(stage="dev", worker_cpu=cpu, worker_memory_mib=memory)
+
+
+def test_every_fargate_size_offered_is_accepted() -> None:
+    for cpu, memories in FARGATE_MEMORY.items():
+        for memory in (memories[0], memories[-1]):
+            assert StageConfig(stage="dev", worker_cpu=cpu, worker_memory_mib=memory).worker_cpu == cpu
+
+
+def test_worker_bounds_must_be_ordered() -> None:
+    with pytest.raises(ValidationError, match="worker_min_tasks exceeds worker_max_tasks"):
+        StageConfig(stage="dev", worker_min_tasks=3, worker_max_tasks=2)
+
+
+def test_the_worker_keeps_at_least_one_task_for_ingress() -> None:
+    with pytest.raises(ValidationError, match="worker_min_tasks"):
+        StageConfig(stage="dev", worker_min_tasks=0)
+
+
+def test_draining_must_end_before_ecs_kills_the_task() -> None:
+    with pytest.raises(ValidationError, match="drain_seconds"):
+        StageConfig.from_context({"stage": "dev", "stages": {"dev": {"worker": {"drain_seconds": 120}}}})
+
+
+def test_the_relay_claim_cannot_exceed_a_lambda_run() -> None:
+    with pytest.raises(ValidationError, match="900-second"):
+        StageConfig.from_context({"stage": "dev", "stages": {"dev": {"relay": {"relay_claim_seconds": 901}}}})

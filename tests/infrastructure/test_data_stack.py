@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -52,6 +53,27 @@ def test_vpc_endpoints_cover_s3_secrets_manager_logs_and_xray(data_template: Tem
     assert any("logs" in name and kind == "Interface" for name, kind in services)
     assert any("xray" in name and kind == "Interface" for name, kind in services)
     assert any(".s3" in name and kind == "Gateway" for name, kind in services)
+
+
+@pytest.mark.parametrize("service", ["ecr.api", "ecr.dkr", "sqs", "lambda"])
+def test_application_endpoints_admit_the_database_clients(data_template: Template, service: str) -> None:
+    """What the worker (image pull, queue), the relay (queue) and the API (relay nudge) call, with no NAT."""
+    (endpoint,) = [
+        endpoint["Properties"]
+        for endpoint in resources(data_template, "AWS::EC2::VPCEndpoint").values()
+        if json.dumps(endpoint["Properties"]["ServiceName"]).endswith(f'.{service}"]]}}')
+    ]
+    (group,) = [group["Fn::GetAtt"][0] for group in endpoint["SecurityGroupIds"]]
+    # Ingress rules are separate resources only (test_nothing_is_reachable_from_an_ip_range).
+    sources = {
+        rule["Properties"]["SourceSecurityGroupId"]["Fn::GetAtt"][0]
+        for rule in resources(data_template, "AWS::EC2::SecurityGroupIngress").values()
+        if references(rule["Properties"]["GroupId"], group)
+    }
+
+    assert endpoint["VpcEndpointType"] == "Interface"
+    assert endpoint["PrivateDnsEnabled"] is True
+    assert [source.startswith("DatabaseClients") for source in sources] == [True]
 
 
 def test_nothing_is_reachable_from_an_ip_range(data_template: Template) -> None:

@@ -1,5 +1,6 @@
-"""Each Lambda's environment is its settings model: every variable is a field, every field is set or left to
-its default on purpose, and required fields are always there."""
+"""Each entrypoint's environment is its settings model: every variable is a field, every field is set or left
+to its default on purpose, and required fields are always there. Entrypoints are the Lambdas and the ECS
+worker's container, whose environment includes its secrets."""
 
 from __future__ import annotations
 
@@ -9,31 +10,71 @@ import pytest
 from pydantic_settings import BaseSettings
 
 from stacks.constructs.entrypoint_function import POWERTOOLS_VARIABLES
-from tests.infrastructure.cfn import function_by_handler
-from tollgate.settings import ApiSettings, AuthorizerSettings, MigrateSettings
+from tests.infrastructure.cfn import function_by_handler, only
+from tollgate.settings import (
+    ApiSettings,
+    AuthorizerSettings,
+    MigrateSettings,
+    RelaySettings,
+    SchedulerSettings,
+    WorkerSettings,
+)
 
 pytestmark = pytest.mark.infrastructure
 
 # Fields the stacks leave to the model's default, each for a reason:
-# - DATABASE_URL would win over the secret; deployed functions log in with the secret only.
-# - DATABASE_ROLE: the model's default is the non-owner role the migrations create (for the migrate
-#   function, "" = stay the owner); duplicating it here would let the two drift apart.
+# - DATABASE_URL would win over the secret; deployed code logs in with the secret only.
+# - DATABASE_ROLE: the model's default is the role the migrations create for that work (tollgate_app for
+#   tenant requests, tollgate_system for the relay, scheduler and worker; "" = stay the owner for the
+#   migrate function); duplicating it here would let the two drift apart.
 # - MIGRATIONS_DIR defaults to migrations/ beside the tollgate package, which is where the code asset has it.
-# - RELAY_FUNCTION_NAME: the outbox relay belongs to the pipeline stack, which does not exist yet; without
-#   the nudge, accepted jobs wait for the relay's periodic sweep. The pipeline stack sets it.
+# - OPENAI_BASE_URL: in AWS the worker calls OpenAI's own endpoint.
+# - WORKER_ID is derived from the task's hostname and process id at start, unique per task.
+# - CRASHPOINTS injects faults for tests and chaos runs; a deployed worker never dies on purpose.
+# - LIMITER_TABLE: the shared DynamoDB budget is not built yet, so each worker task keeps its own; the
+#   WorkerStack sets it together with the table once the DynamoDB limiter exists.
 LEFT_TO_DEFAULT = {
-    "api": {"DATABASE_URL", "DATABASE_ROLE", "RELAY_FUNCTION_NAME"},
+    "api": {"DATABASE_URL", "DATABASE_ROLE"},
     "authorizer": {"DATABASE_URL", "DATABASE_ROLE"},
     "migrate": {"DATABASE_URL", "DATABASE_ROLE", "MIGRATIONS_DIR"},
+    "outbox_relay": {"DATABASE_URL", "DATABASE_ROLE"},
+    "scheduler": {"DATABASE_URL", "DATABASE_ROLE"},
+    "worker": {
+        "DATABASE_URL",
+        "DATABASE_ROLE",
+        "OPENAI_BASE_URL",
+        "WORKER_ID",
+        "CRASHPOINTS",
+        "LIMITER_TABLE",
+    },
 }
+# Only these reach the worker as ECS secrets, never as plain environment variables.
+WORKER_SECRETS = {"OPENAI_API_KEY"}
 ENTRYPOINTS: list[tuple[str, type[BaseSettings], str]] = [
     ("api", ApiSettings, "api_template"),
     ("authorizer", AuthorizerSettings, "api_template"),
     ("migrate", MigrateSettings, "data_template"),
+    ("outbox_relay", RelaySettings, "pipeline_template"),
+    ("scheduler", SchedulerSettings, "pipeline_template"),
+    ("worker", WorkerSettings, "worker_template"),
 ]
 
 
+def _worker_container(template: dict[str, Any]) -> dict[str, Any]:
+    _, task = only(template, "AWS::ECS::TaskDefinition")
+    (container,) = task["Properties"]["ContainerDefinitions"]
+    definition: dict[str, Any] = container
+    return definition
+
+
 def _environment(template: dict[str, Any], entrypoint: str) -> dict[str, Any]:
+    """Variable -> value; a worker secret's value is the reference ECS resolves it from."""
+    if entrypoint == "worker":
+        container = _worker_container(template)
+        return {
+            **{variable["Name"]: variable["Value"] for variable in container.get("Environment", [])},
+            **{secret["Name"]: secret["ValueFrom"] for secret in container.get("Secrets", [])},
+        }
     _, function = function_by_handler(template, f"functions.{entrypoint}.handler.lambda_handler")
     variables: dict[str, Any] = function["Properties"]["Environment"]["Variables"]
     return variables
@@ -63,23 +104,62 @@ def test_required_fields_are_always_set(
 
 @pytest.mark.parametrize(("entrypoint", "model", "template_name"), ENTRYPOINTS)
 def test_literal_values_pass_the_models_validation(
-    entrypoint: str, model: type[BaseSettings], template_name: str, request: pytest.FixtureRequest
+    entrypoint: str,
+    model: type[BaseSettings],
+    template_name: str,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Values known at synth (limits, sizes) must be accepted at cold start; tokens are checked in AWS."""
+    """What the stack sets is read back the way a cold start reads it: from the environment, so JSON values
+    (model prices) are parsed as pydantic-settings parses them. Tokens resolve at deploy and get a stand-in."""
     environment = _environment(request.getfixturevalue(template_name), entrypoint)
-    literal = {
-        name.lower(): value
-        for name, value in environment.items()
-        if isinstance(value, str) and name not in POWERTOOLS_VARIABLES
-    }
-    placeholders = {"database_secret_arn": "arn:aws:secretsmanager:eu-west-1:111122223333:secret:x"}
-    if "documents_bucket" in model.model_fields:
-        placeholders["documents_bucket"] = "bucket"
+    for name in model.model_fields:
+        monkeypatch.delenv(name.upper(), raising=False)
+    for name, value in environment.items():
+        if name not in POWERTOOLS_VARIABLES:
+            monkeypatch.setenv(name, value if isinstance(value, str) else "resolved-at-deploy")
 
-    model.model_validate({**placeholders, **literal})
+    settings = model()
+
+    literal = {name for name, value in environment.items() if isinstance(value, str)} - POWERTOOLS_VARIABLES
+    assert all(getattr(settings, name.lower()) is not None for name in literal)
 
 
-def test_database_host_is_the_proxy_for_application_code(api_template: dict[str, Any]) -> None:
-    for entrypoint in ("api", "authorizer"):
-        host = _environment(api_template, entrypoint)["DATABASE_HOST"]
-        assert "DatabaseProxy" in str(host) and "Endpoint" in str(host)
+def test_worker_secrets_are_ecs_secrets_and_nothing_else_is(worker_template: dict[str, Any]) -> None:
+    container = _worker_container(worker_template)
+    plain = {variable["Name"] for variable in container["Environment"]}
+    secrets = {secret["Name"] for secret in container["Secrets"]}
+
+    assert secrets == WORKER_SECRETS
+    assert not plain & WORKER_SECRETS
+
+
+def test_database_host_is_the_proxy_for_application_code(
+    api_template: dict[str, Any], pipeline_template: dict[str, Any], worker_template: dict[str, Any]
+) -> None:
+    for template, entrypoint in (
+        (api_template, "api"),
+        (api_template, "authorizer"),
+        (pipeline_template, "outbox_relay"),
+        (pipeline_template, "scheduler"),
+        (worker_template, "worker"),
+    ):
+        host = _environment(template, entrypoint)["DATABASE_HOST"]
+        assert "DatabaseProxy" in str(host) and "Endpoint" in str(host), entrypoint
+
+
+def test_api_nudges_the_pipelines_relay(api_template: dict[str, Any]) -> None:
+    relay = _environment(api_template, "api")["RELAY_FUNCTION_NAME"]
+
+    assert relay["Fn::GetStackOutput"]["StackName"] == "Tollgate-dev-Pipeline"
+    assert "OutboxRelayFunction" in relay["Fn::GetStackOutput"]["OutputName"]
+
+
+def test_scheduler_and_worker_share_one_retry_policy(
+    pipeline_template: dict[str, Any], worker_template: dict[str, Any]
+) -> None:
+    scheduler = _environment(pipeline_template, "scheduler")
+    worker = _environment(worker_template, "worker")
+    retry_fields = {"RETRY_BASE_SECONDS", "RETRY_CAP_SECONDS", "ATTEMPT_TIMEOUT_SECONDS"}
+
+    assert {name: scheduler[name] for name in retry_fields} == {name: worker[name] for name in retry_fields}

@@ -1,0 +1,28 @@
+"""The scheduler's backlog gauges as CloudWatch metrics, for alarms (PipelineStack) and scaling (WorkerStack).
+
+``tollgate/scheduling.py`` publishes them once a minute through Powertools, which adds the ``service``
+dimension; a metric is only found with exactly the dimensions it was published with.
+"""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_cloudwatch as cloudwatch
+
+from stacks.constructs.entrypoint_function import METRICS_NAMESPACE
+
+SCHEDULER_SERVICE = "tollgate-scheduler"
+RUNNABLE_JOBS = "RunnableJobs"
+OLDEST_ELIGIBLE_JOB_AGE = "OldestEligibleJobAge"
+OLDEST_UNPUBLISHED_OUTBOX_AGE = "OldestUnpublishedOutboxAge"
+
+
+def scheduler_metric(metric_name: str) -> cloudwatch.Metric:
+    """One of the scheduler's gauges, as its maximum over each one-minute tick."""
+    return cloudwatch.Metric(
+        namespace=METRICS_NAMESPACE,
+        metric_name=metric_name,
+        dimensions_map={"service": SCHEDULER_SERVICE},
+        statistic=cloudwatch.Stats.MAXIMUM,
+        period=cdk.Duration.minutes(1),
+    )

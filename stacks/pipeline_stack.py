@@ -1,0 +1,218 @@
+"""PipelineStack: the job signal path, from committed outbox rows to the jobs queue the worker reads.
+
+It owns the jobs FIFO queue and its dead-letter queue, the outbox relay and scheduler Lambdas with their
+one-minute schedules, and the alarms (with their topic) on everything that signals a stuck pipeline.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_rds as rds
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from stacks.config import StageConfig, settings_environment
+from stacks.constructs.alarm_topic import AlarmTopic
+from stacks.constructs.backlog_metrics import OLDEST_UNPUBLISHED_OUTBOX_AGE, scheduler_metric
+from stacks.constructs.entrypoint_function import EntrypointFunction
+from stacks.constructs.lambda_packaging import DependenciesLayer, function_code
+
+EVERY_MINUTE = events.Schedule.rate(cdk.Duration.minutes(1))
+DLQ_RETENTION = cdk.Duration.days(14)
+
+
+class PipelineStack(cdk.Stack):
+    """Exposes ``jobs_queue`` (the worker consumes it) and ``relay_function`` (the API nudges it)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: StageConfig,
+        vpc: ec2.IVpc,
+        database_proxy: rds.IDatabaseProxy,
+        database_secret: secretsmanager.ISecret,
+        database_clients: ec2.ISecurityGroup,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, env=config.environment, **kwargs)
+        self.config = config
+        self.dead_letter_queue, self.jobs_queue = self._queues()
+
+        code = function_code()
+        layer = DependenciesLayer(self, "Dependencies", layer_dir=config.layer_dir).layer
+        common: dict[str, Any] = {
+            "config": config,
+            "code": code,
+            "layer": layer,
+            "vpc": vpc,
+            "security_groups": [database_clients],
+        }
+        # Both functions work across tenants; DatabaseSettings' role default for them is tollgate_system.
+        database_environment = {
+            "DATABASE_SECRET_ARN": database_secret.secret_arn,
+            "DATABASE_HOST": database_proxy.endpoint,
+            "DATABASE_POOL_SIZE": "1",
+        }
+
+        self.relay = EntrypointFunction(
+            self,
+            "OutboxRelay",
+            entrypoint="outbox_relay",
+            description="Tollgate outbox relay: publishes committed events (nudged, and swept every minute)",
+            environment={
+                **database_environment,
+                "JOBS_QUEUE_URL": self.jobs_queue.queue_url,
+                **settings_environment(config.relay),
+            },
+            # The run ends before the claim lease on its last batch does, so a timed-out run's rows come
+            # back to the next run just when this one can no longer publish them.
+            timeout=cdk.Duration.seconds(config.relay.relay_claim_seconds),
+            **common,
+        )
+        self.relay_function: lambda_.IFunction = self.relay.function
+        self.scheduler = EntrypointFunction(
+            self,
+            "Scheduler",
+            entrypoint="scheduler",
+            description="Tollgate scheduler: reaps leases, expires deadlines, publishes backlog metrics",
+            environment={
+                **database_environment,
+                **settings_environment(config.retry),
+                **settings_environment(config.scheduler),
+            },
+            # Within the one-minute tick, so ticks do not queue up behind a slow one.
+            timeout=cdk.Duration.seconds(55),
+            **common,
+        )
+        self._run_every_minute(config)
+        for handler in (self.relay, self.scheduler):
+            database_secret.grant_read(handler.function)
+        self.jobs_queue.grant_send_messages(self.relay.function)
+
+        self.alarms = AlarmTopic(self, "Alarms", config=config)
+        self.alarms.notify(*self._alarms(config))
+
+        cdk.CfnOutput(self, "JobsQueueUrl", value=self.jobs_queue.queue_url)
+        # The support CLI's `tollgate dlq` commands read and redrive this queue.
+        cdk.CfnOutput(self, "DeadLetterQueueUrl", value=self.dead_letter_queue.queue_url)
+        cdk.CfnOutput(self, "RelayFunctionName", value=self.relay.function.function_name)
+        cdk.CfnOutput(self, "AlarmTopicArn", value=self.alarms.topic.topic_arn)
+
+    def _queues(self) -> tuple[sqs.Queue, sqs.Queue]:
+        # SQS-managed encryption: no key policy for the relay, the worker and the support CLI to share,
+        # and messages carry event ids and routing data, never documents.
+        dead_letters = sqs.Queue(
+            self,
+            "JobsDeadLetters",
+            fifo=True,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=DLQ_RETENTION,
+            removal_policy=self.config.cdk_removal_policy,
+        )
+        jobs = sqs.Queue(
+            self,
+            "Jobs",
+            fifo=True,
+            # The relay sets MessageDeduplicationId to the event id, so a republished event is dropped.
+            content_based_deduplication=False,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            visibility_timeout=cdk.Duration.seconds(self.config.jobs_queue_visibility_seconds),
+            # A signal nobody took in for four days is not needed: the job is in PostgreSQL, where the
+            # worker's own claim scans find it. Failed messages keep 14 days in the DLQ, whose clock
+            # restarts on the move for FIFO queues.
+            retention_period=cdk.Duration.days(4),
+            dead_letter_queue=sqs.DeadLetterQueue(
+                queue=dead_letters, max_receive_count=self.config.jobs_queue_max_receive_count
+            ),
+            removal_policy=self.config.cdk_removal_policy,
+        )
+        return dead_letters, jobs
+
+    def _run_every_minute(self, config: StageConfig) -> None:
+        relay = self.relay.function.node.default_child
+        scheduler = self.scheduler.function.node.default_child
+        assert isinstance(relay, lambda_.CfnFunction)
+        assert isinstance(scheduler, lambda_.CfnFunction)
+        # Nudges arrive after every accepted job; a few relays at once keep the database calm, and each run
+        # drains everything claimable anyway.
+        relay.reserved_concurrent_executions = config.relay_reserved_concurrency
+        # Two ticks at once would be safe (SKIP LOCKED, fenced updates) but only contend for the same rows.
+        scheduler.reserved_concurrent_executions = 1
+
+        for handler, what, source in (
+            (self.relay, "sweeps the outbox", "tollgate.sweep"),
+            (self.scheduler, "ticks the scheduler", "tollgate.tick"),
+        ):
+            # A throttled nudge or tick older than a minute is superseded by the next sweep or tick; keeping
+            # it queued (Lambda would retry for six hours) would only pile up redundant runs.
+            handler.function.configure_async_invoke(max_event_age=cdk.Duration.minutes(1), retry_attempts=0)
+            events.Rule(
+                handler,
+                "EveryMinute",
+                description=f"Tollgate {config.stage}: {what} every minute",
+                schedule=EVERY_MINUTE,
+                targets=[
+                    targets.LambdaFunction(
+                        handler.function, event=events.RuleTargetInput.from_object({"source": source})
+                    )
+                ],
+            )
+
+    def _alarms(self, config: StageConfig) -> list[cloudwatch.Alarm]:
+        dead_letters = cloudwatch.Alarm(
+            self,
+            "DeadLettersAlarm",
+            alarm_description=(
+                "A jobs-queue message failed ingress too often and is in the dead-letter queue. Inspect and "
+                "redrive it with `tollgate dlq`; the job itself is still in PostgreSQL."
+            ),
+            metric=self.dead_letter_queue.metric_approximate_number_of_messages_visible(
+                period=cdk.Duration.minutes(1), statistic=cloudwatch.Stats.MAXIMUM
+            ),
+            threshold=0,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=1,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        outbox_age = cloudwatch.Alarm(
+            self,
+            "OutboxAgeAlarm",
+            alarm_description=(
+                f"Committed events wait more than {config.outbox_age_alarm_seconds} s for the outbox relay. "
+                "No data also alarms: the scheduler publishes this every minute, so silence means it is down."
+            ),
+            metric=scheduler_metric(OLDEST_UNPUBLISHED_OUTBOX_AGE),
+            threshold=config.outbox_age_alarm_seconds,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            # Three minutes, so one slow or skipped tick does not page anyone.
+            evaluation_periods=3,
+            treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
+        )
+        queue_age = cloudwatch.Alarm(
+            self,
+            "JobsQueueAgeAlarm",
+            alarm_description=(
+                f"A jobs-queue message waited more than {config.jobs_queue_age_alarm_seconds} s for the "
+                "worker's ingress: workers are down, cannot reach PostgreSQL, or keep failing it."
+            ),
+            metric=self.jobs_queue.metric_approximate_age_of_oldest_message(
+                period=cdk.Duration.minutes(1), statistic=cloudwatch.Stats.MAXIMUM
+            ),
+            threshold=config.jobs_queue_age_alarm_seconds,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=1,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        return [dead_letters, outbox_age, queue_age]

@@ -1,0 +1,261 @@
+"""WorkerStack: job execution on ECS Fargate, scaled on the scheduler's backlog metrics.
+
+The worker takes signals in from the jobs queue (PipelineStack), claims jobs from PostgreSQL through RDS
+Proxy, reads documents and calls the LLM provider. Everything it connects to is passed in by ``app.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_applicationautoscaling as appscaling
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_rds as rds
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from stacks.config import REPO_ROOT, WORKER_STOP_TIMEOUT_SECONDS, StageConfig, settings_environment
+from stacks.constructs.backlog_metrics import OLDEST_ELIGIBLE_JOB_AGE, RUNNABLE_JOBS, scheduler_metric
+from stacks.constructs.documents_access import DocumentsReadAccess
+from stacks.constructs.entrypoint_function import METRICS_NAMESPACE
+from stacks.constructs.nag import acknowledge
+
+DOCKERFILE = "worker/Dockerfile"
+CONTAINER_NAME = "worker"
+# Fargate's ceiling. On SIGTERM the worker stops claiming and lets its attempts finish for drain_seconds
+# (validated to end sooner), then hands the rest back; a task killed anyway loses only leases, which the
+# scheduler reaps and retries.
+STOP_TIMEOUT = cdk.Duration.seconds(WORKER_STOP_TIMEOUT_SECONDS)
+ISOLATED = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
+
+
+class WorkerStack(cdk.Stack):
+    """Owns the ECS cluster, the worker service and its scaling, and the OpenAI API key secret."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: StageConfig,
+        vpc: ec2.IVpc,
+        database_proxy: rds.IDatabaseProxy,
+        database_secret: secretsmanager.ISecret,
+        database_clients: ec2.ISecurityGroup,
+        documents_bucket: s3.IBucket,
+        jobs_queue: sqs.IQueue,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, env=config.environment, **kwargs)
+        self.config = config
+
+        self.cluster = ecs.Cluster(
+            self,
+            "Cluster",
+            vpc=vpc,
+            container_insights_v2=ecs.ContainerInsights.ENABLED,
+        )
+        # Created with a random placeholder (CloudFormation cannot create a secret without a value); the
+        # operator puts the real key, and later deployments leave the value alone.
+        self.openai_api_key_name = f"tollgate/{config.stage}/openai-api-key"
+        self.openai_api_key = secretsmanager.Secret(
+            self,
+            "OpenAiApiKey",
+            secret_name=self.openai_api_key_name,
+            description=(
+                "OpenAI API key of the Tollgate worker. Put the key as the plain secret string; the "
+                "value created with the stack is a placeholder."
+            ),
+            removal_policy=config.cdk_removal_policy,
+        )
+        acknowledge(
+            self.openai_api_key,
+            "AwsSolutions-SMG4",
+            "A third-party API key cannot be rotated by a Secrets Manager rotation Lambda: it is issued in "
+            "the OpenAI dashboard, and the operator replaces the secret value when rotating it there.",
+        )
+
+        self.log_group = logs.LogGroup(
+            self,
+            "Logs",
+            retention=config.log_retention_days,
+            removal_policy=config.cdk_removal_policy,
+        )
+        self.task_definition = ecs.FargateTaskDefinition(
+            self,
+            "Task",
+            family=f"tollgate-{config.stage}-worker",
+            cpu=config.worker_cpu,
+            memory_limit_mib=config.worker_memory_mib,
+            runtime_platform=ecs.RuntimePlatform(
+                cpu_architecture=ecs.CpuArchitecture.ARM64,
+                operating_system_family=ecs.OperatingSystemFamily.LINUX,
+            ),
+        )
+        self.container = self.task_definition.add_container(
+            CONTAINER_NAME,
+            container_name=CONTAINER_NAME,
+            image=ecs.ContainerImage.from_asset(
+                str(REPO_ROOT),
+                file=DOCKERFILE,
+                # Built where the tasks run; the repository's .dockerignore admits only the worker's sources.
+                platform=ecr_assets.Platform.LINUX_ARM64,
+            ),
+            essential=True,
+            environment=self._environment(config, database_proxy, database_secret, jobs_queue),
+            # Injected by ECS from Secrets Manager at start: never in the task definition or its API output.
+            secrets={"OPENAI_API_KEY": ecs.Secret.from_secrets_manager(self.openai_api_key)},
+            logging=ecs.LogDrivers.aws_logs(
+                stream_prefix=CONTAINER_NAME,
+                log_group=self.log_group,
+                # A slow log endpoint must not stall the event loop that heartbeats leases.
+                mode=ecs.AwsLogDriverMode.NON_BLOCKING,
+                max_buffer_size=cdk.Size.mebibytes(25),
+            ),
+            stop_timeout=STOP_TIMEOUT,
+            # An init process as PID 1 forwards SIGTERM to Python and reaps any child processes.
+            linux_parameters=ecs.LinuxParameters(self, "LinuxParameters", init_process_enabled=True),
+        )
+        acknowledge(
+            self.task_definition,
+            "AwsSolutions-ECS2",
+            "The environment holds only non-secret settings (resource names, limits, model names), each a "
+            "field of WorkerSettings checked at start and by an infrastructure test; the OpenAI key is an "
+            "ECS secret and the database password is read from Secrets Manager by the worker itself.",
+        )
+        self._grant(config, database_secret, documents_bucket, jobs_queue)
+
+        self.service = ecs.FargateService(
+            self,
+            "Service",
+            cluster=self.cluster,
+            task_definition=self.task_definition,
+            vpc_subnets=ISOLATED,
+            # The group RDS Proxy and the VPC endpoints admit. These subnets reach AWS services through
+            # those endpoints only: calling the LLM provider's public API needs an egress path (NAT or a
+            # proxy) that DataStack's network does not have yet.
+            security_groups=[database_clients],
+            assign_public_ip=False,
+            # The scaling minimum from the first deployment on; CloudFormation only sets it again when the
+            # configured minimum changes, so scaling decisions survive ordinary deployments.
+            desired_count=config.worker_min_tasks,
+            # A deployment starts new tasks before stopping old ones, so ingress never pauses.
+            min_healthy_percent=100,
+            max_healthy_percent=200,
+            circuit_breaker=ecs.DeploymentCircuitBreaker(enable=True, rollback=True),
+            propagate_tags=ecs.PropagatedTagSource.SERVICE,
+            enable_execute_command=False,
+        )
+        self._scale(config)
+
+        cdk.CfnOutput(self, "ClusterName", value=self.cluster.cluster_name)
+        cdk.CfnOutput(self, "ServiceName", value=self.service.service_name)
+        cdk.CfnOutput(
+            self,
+            "OpenAiApiKeySecretName",
+            # The literal name: the secret's own attribute would render as an ARN-splitting expression.
+            value=self.openai_api_key_name,
+            description="Put the OpenAI API key here: aws secretsmanager put-secret-value --secret-id <name>",
+        )
+        cdk.CfnOutput(self, "WorkerLogGroup", value=self.log_group.log_group_name)
+
+    def _environment(
+        self,
+        config: StageConfig,
+        database_proxy: rds.IDatabaseProxy,
+        database_secret: secretsmanager.ISecret,
+        jobs_queue: sqs.IQueue,
+    ) -> dict[str, str]:
+        """WorkerSettings' fields, except OPENAI_API_KEY (an ECS secret), OPENAI_BASE_URL (OpenAI's own
+        endpoint in AWS), WORKER_ID (derived from the task's hostname at start), CRASHPOINTS (fault
+        injection for tests) and DATABASE_ROLE/URL."""
+        return {
+            "POWERTOOLS_SERVICE_NAME": "tollgate-worker",
+            "POWERTOOLS_LOG_LEVEL": config.log_level,
+            "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+            "DATABASE_SECRET_ARN": database_secret.secret_arn,
+            "DATABASE_HOST": database_proxy.endpoint,
+            # A connection per execution slot, plus ingress and the claim loop; RDS Proxy multiplexes them.
+            "DATABASE_POOL_SIZE": str(config.worker.execution_slots + 2),
+            "JOBS_QUEUE_URL": jobs_queue.queue_url,
+            "DOCUMENTS_BUCKET": config.documents_bucket_name,
+            # The completion budget acceptance estimated each job with; asking for more could overrun it.
+            "MAX_OUTPUT_TOKENS": str(config.jobs.max_output_tokens),
+            **settings_environment(config.retry),
+            **settings_environment(config.worker),
+        }
+
+    def _grant(
+        self,
+        config: StageConfig,
+        database_secret: secretsmanager.ISecret,
+        documents_bucket: s3.IBucket,
+        jobs_queue: sqs.IQueue,
+    ) -> None:
+        task_role = self.task_definition.task_role
+        jobs_queue.grant_consume_messages(task_role)
+        database_secret.grant_read(task_role)
+        DocumentsReadAccess(
+            self, "Documents", config=config, documents_bucket=documents_bucket, role=task_role
+        )
+        execution_role = self.task_definition.execution_role
+        assert execution_role is not None, "an asset image and an ECS secret give the task an execution role"
+        acknowledge(
+            execution_role,
+            "AwsSolutions-IAM5[Resource::*]",
+            "Only ecr:GetAuthorizationToken is granted on '*' (it has no resource-level permissions); the "
+            "image pull itself is scoped to the CDK asset repository. An infrastructure test fails if any "
+            "other action appears with Resource '*'.",
+        )
+
+    def _scale(self, config: StageConfig) -> None:
+        """Step scaling on the scheduler's gauges: backlog size adds tasks fast and idleness removes them
+        slowly; the age of the oldest eligible job adds one even when a few slow jobs make a small backlog."""
+        scaling = self.service.auto_scale_task_count(
+            min_capacity=config.worker_min_tasks, max_capacity=config.worker_max_tasks
+        )
+        backlog = config.worker_scale_out_runnable_jobs
+        scaling.scale_on_metric(
+            "ScaleOutOnBacklog",
+            metric=scheduler_metric(RUNNABLE_JOBS),
+            scaling_steps=[
+                appscaling.ScalingInterval(upper=backlog, change=0),
+                appscaling.ScalingInterval(lower=backlog, change=1),
+                appscaling.ScalingInterval(lower=4 * backlog, change=3),
+            ],
+            adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+            # New tasks need about a minute to start and the metric comes once a minute.
+            cooldown=cdk.Duration.minutes(2),
+            evaluation_periods=1,
+        )
+        scaling.scale_on_metric(
+            "ScaleInWhenIdle",
+            metric=scheduler_metric(RUNNABLE_JOBS),
+            scaling_steps=[
+                appscaling.ScalingInterval(upper=0, change=-1),
+                appscaling.ScalingInterval(lower=0, change=0),
+            ],
+            adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+            # Ten idle minutes before each step down: bursts come in waves and a stopped task takes up to
+            # two minutes to drain its attempts.
+            cooldown=cdk.Duration.minutes(5),
+            evaluation_periods=10,
+        )
+        age = config.worker_scale_out_job_age_seconds
+        scaling.scale_on_metric(
+            "ScaleOutOnWait",
+            metric=scheduler_metric(OLDEST_ELIGIBLE_JOB_AGE),
+            scaling_steps=[
+                appscaling.ScalingInterval(upper=age, change=0),
+                appscaling.ScalingInterval(lower=age, change=1),
+            ],
+            adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+            cooldown=cdk.Duration.minutes(3),
+            evaluation_periods=2,
+        )

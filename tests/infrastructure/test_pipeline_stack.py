@@ -1,0 +1,268 @@
+"""PipelineStack's template: an encrypted, TLS-only FIFO queue with a 14-day DLQ, a bounded relay and scheduler
+on one-minute schedules, and alarms on every sign of a stuck pipeline, sent to an encrypted topic."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk.assertions import Template as CdkTemplate
+from pydantic import ValidationError
+
+from stacks.config import StageConfig
+from stacks.constructs.alarm_topic import AlarmTopic
+from tests.infrastructure.cfn import as_list, function_by_handler, only, references, resources
+
+pytestmark = pytest.mark.infrastructure
+
+Template = dict[str, Any]
+
+RELAY = "functions.outbox_relay.handler.lambda_handler"
+SCHEDULER = "functions.scheduler.handler.lambda_handler"
+FOURTEEN_DAYS = 14 * 24 * 3600
+
+
+def _queues(template: Template) -> tuple[tuple[str, dict[str, Any]], tuple[str, dict[str, Any]]]:
+    """(jobs queue, dead-letter queue), told apart by which one has a redrive policy."""
+    queues = resources(template, "AWS::SQS::Queue")
+    (jobs,) = [(qid, q) for qid, q in queues.items() if "RedrivePolicy" in q["Properties"]]
+    (dead_letters,) = [(qid, q) for qid, q in queues.items() if qid != jobs[0]]
+    return jobs, dead_letters
+
+
+def _alarm_on(template: Template, metric_name: str) -> dict[str, Any]:
+    (alarm,) = [
+        a["Properties"]
+        for a in resources(template, "AWS::CloudWatch::Alarm").values()
+        if a["Properties"]["MetricName"] == metric_name
+    ]
+    return alarm
+
+
+def test_jobs_queue_and_dlq_are_fifo_and_encrypted(pipeline_template: Template) -> None:
+    for _, queue in _queues(pipeline_template):
+        properties = queue["Properties"]
+        assert properties["FifoQueue"] is True
+        assert properties.get("SqsManagedSseEnabled") is True or "KmsMasterKeyId" in properties
+
+
+def test_both_queues_refuse_requests_without_tls(pipeline_template: Template) -> None:
+    for queue_id, _ in _queues(pipeline_template):
+        (policy,) = [
+            p["Properties"]
+            for p in resources(pipeline_template, "AWS::SQS::QueuePolicy").values()
+            if {"Ref": queue_id} in p["Properties"]["Queues"]
+        ]
+        assert {
+            "Action": "sqs:*",
+            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+            "Effect": "Deny",
+            "Principal": {"AWS": "*"},
+        }.items() <= policy["PolicyDocument"]["Statement"][0].items()
+
+
+def test_jobs_queue_dead_letters_after_the_configured_receives(
+    pipeline_template: Template, config: StageConfig
+) -> None:
+    (jobs_id, jobs), (dlq_id, dlq) = _queues(pipeline_template)
+    redrive = jobs["Properties"]["RedrivePolicy"]
+
+    assert redrive["deadLetterTargetArn"] == {"Fn::GetAtt": [dlq_id, "Arn"]}
+    assert redrive["maxReceiveCount"] == config.jobs_queue_max_receive_count == 5
+    assert dlq["Properties"]["MessageRetentionPeriod"] == FOURTEEN_DAYS
+    # The DLQ must outlive what it receives, or a dead letter could expire before support sees it.
+    assert jobs["Properties"].get("MessageRetentionPeriod", 345_600) <= FOURTEEN_DAYS
+    # Deduplication is by the event id the relay sends, not by body: a republished event is the same id.
+    assert jobs["Properties"].get("ContentBasedDeduplication", False) is False
+    assert jobs_id != dlq_id
+
+
+def test_visibility_timeout_matches_the_stage_setting(
+    pipeline_template: Template, config: StageConfig
+) -> None:
+    (_, jobs), _ = _queues(pipeline_template)
+
+    assert jobs["Properties"]["VisibilityTimeout"] == config.jobs_queue_visibility_seconds
+
+
+def _schedule_input(template: Template, function_id: str) -> dict[str, Any]:
+    (rule,) = [
+        r["Properties"]
+        for r in resources(template, "AWS::Events::Rule").values()
+        if any(references(t["Arn"], function_id) for t in r["Properties"]["Targets"])
+    ]
+    assert rule["ScheduleExpression"] == "rate(1 minute)"
+    assert rule["State"] == "ENABLED"
+    (target,) = rule["Targets"]
+    payload: dict[str, Any] = json.loads(target["Input"])
+    return payload
+
+
+def test_relay_is_bounded_and_swept_every_minute(pipeline_template: Template, config: StageConfig) -> None:
+    relay_id, relay = function_by_handler(pipeline_template, RELAY)
+
+    assert relay["Properties"]["ReservedConcurrentExecutions"] == config.relay_reserved_concurrency == 2
+    assert _schedule_input(pipeline_template, relay_id) == {"source": "tollgate.sweep"}
+    # A run never outlives the claim lease on the rows it holds.
+    assert relay["Properties"]["Timeout"] <= config.relay.relay_claim_seconds
+
+
+def test_scheduler_runs_alone_every_minute(pipeline_template: Template) -> None:
+    scheduler_id, scheduler = function_by_handler(pipeline_template, SCHEDULER)
+
+    assert scheduler["Properties"]["ReservedConcurrentExecutions"] == 1
+    assert _schedule_input(pipeline_template, scheduler_id) == {"source": "tollgate.tick"}
+    assert scheduler["Properties"]["Timeout"] < 60
+
+
+@pytest.mark.parametrize("handler", [RELAY, SCHEDULER])
+def test_stale_nudges_and_ticks_are_dropped_not_queued(pipeline_template: Template, handler: str) -> None:
+    function_id, _ = function_by_handler(pipeline_template, handler)
+    (config,) = [
+        c["Properties"]
+        for c in resources(pipeline_template, "AWS::Lambda::EventInvokeConfig").values()
+        if c["Properties"]["FunctionName"] == {"Ref": function_id}
+    ]
+
+    assert config["MaximumEventAgeInSeconds"] == 60
+    assert config["MaximumRetryAttempts"] == 0
+
+
+@pytest.mark.parametrize("handler", [RELAY, SCHEDULER])
+def test_functions_reach_postgres_through_the_proxy_from_the_vpc(
+    pipeline_template: Template, handler: str
+) -> None:
+    _, function = function_by_handler(pipeline_template, handler)
+    properties = function["Properties"]
+
+    assert len(properties["VpcConfig"]["SubnetIds"]) >= 2
+    assert "DatabaseProxy" in str(properties["Environment"]["Variables"]["DATABASE_HOST"])
+    assert properties["TracingConfig"] == {"Mode": "Active"}
+
+
+def _role_actions(template: Template, handler: str) -> dict[str, list[Any]]:
+    """Action -> resources granted to one function's role."""
+    _, function = function_by_handler(template, handler)
+    role = function["Properties"]["Role"]["Fn::GetAtt"][0]
+    granted: dict[str, list[Any]] = {}
+    for policy in resources(template, "AWS::IAM::Policy").values():
+        if {"Ref": role} not in policy["Properties"]["Roles"]:
+            continue
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            for action in as_list(statement["Action"]):
+                granted.setdefault(action, []).extend(as_list(statement["Resource"]))
+    return granted
+
+
+def test_only_the_relay_may_send_to_the_jobs_queue(pipeline_template: Template) -> None:
+    (jobs_id, _), _ = _queues(pipeline_template)
+    relay = _role_actions(pipeline_template, RELAY)
+    scheduler = _role_actions(pipeline_template, SCHEDULER)
+
+    assert relay["sqs:SendMessage"] == [{"Fn::GetAtt": [jobs_id, "Arn"]}]
+    assert not [action for action in relay if action.startswith("sqs:") and "Receive" in action]
+    assert not [action for action in scheduler if action.startswith("sqs:")]
+    for granted in (relay, scheduler):
+        assert "secretsmanager:GetSecretValue" in granted
+
+
+def test_relay_sends_to_the_queue_named_in_its_environment(pipeline_template: Template) -> None:
+    (jobs_id, _), _ = _queues(pipeline_template)
+    _, relay = function_by_handler(pipeline_template, RELAY)
+
+    assert relay["Properties"]["Environment"]["Variables"]["JOBS_QUEUE_URL"] == {"Ref": jobs_id}
+
+
+def test_dead_letters_alarm_on_the_first_message(pipeline_template: Template) -> None:
+    _, (dlq_id, _) = _queues(pipeline_template)
+    alarm = _alarm_on(pipeline_template, "ApproximateNumberOfMessagesVisible")
+
+    assert alarm["Namespace"] == "AWS/SQS"
+    assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [dlq_id, "QueueName"]}}]
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert alarm["Threshold"] == 0
+
+
+def test_unpublished_outbox_age_alarms_and_so_does_a_silent_scheduler(
+    pipeline_template: Template, config: StageConfig
+) -> None:
+    alarm = _alarm_on(pipeline_template, "OldestUnpublishedOutboxAge")
+
+    assert alarm["Namespace"] == "Tollgate"
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": "tollgate-scheduler"}]
+    assert alarm["Statistic"] == "Maximum"
+    assert alarm["Threshold"] == config.outbox_age_alarm_seconds
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert alarm["TreatMissingData"] == "breaching"
+
+
+def test_jobs_queue_age_alarms_when_ingress_stalls(pipeline_template: Template, config: StageConfig) -> None:
+    (jobs_id, _), _ = _queues(pipeline_template)
+    alarm = _alarm_on(pipeline_template, "ApproximateAgeOfOldestMessage")
+
+    assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [jobs_id, "QueueName"]}}]
+    assert alarm["Threshold"] == config.jobs_queue_age_alarm_seconds
+
+
+def test_every_alarm_notifies_the_encrypted_topic(pipeline_template: Template) -> None:
+    topic_id, topic = only(pipeline_template, "AWS::SNS::Topic")
+    (key_id,) = resources(pipeline_template, "AWS::KMS::Key")
+    alarms = resources(pipeline_template, "AWS::CloudWatch::Alarm").values()
+
+    assert topic["Properties"]["KmsMasterKeyId"] == {"Fn::GetAtt": [key_id, "Arn"]}
+    assert len(alarms) == 3
+    for alarm in alarms:
+        assert alarm["Properties"]["AlarmActions"] == [{"Ref": topic_id}]
+        assert alarm["Properties"]["OKActions"] == [{"Ref": topic_id}]
+
+
+def test_cloudwatch_alone_may_use_the_topic_key_and_only_over_tls(pipeline_template: Template) -> None:
+    topic_id, _ = only(pipeline_template, "AWS::SNS::Topic")
+    (key,) = resources(pipeline_template, "AWS::KMS::Key").values()
+    _, topic_policy = only(pipeline_template, "AWS::SNS::TopicPolicy")
+    statements = topic_policy["Properties"]["PolicyDocument"]["Statement"]
+    key_statements = key["Properties"]["KeyPolicy"]["Statement"]
+
+    assert key["Properties"]["EnableKeyRotation"] is True
+    (cloudwatch_key,) = [
+        s for s in key_statements if s["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
+    ]
+    assert set(cloudwatch_key["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
+    assert "aws:SourceAccount" in cloudwatch_key["Condition"]["StringEquals"]
+    assert {
+        "Action": "sns:Publish",
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+        "Effect": "Deny",
+    }.items() <= next(s for s in statements if s["Effect"] == "Deny").items()
+    (publish,) = [s for s in statements if s["Effect"] == "Allow"]
+    assert publish["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
+    assert publish["Resource"] == {"Ref": topic_id}
+
+
+def test_alarm_email_is_subscribed_when_configured() -> None:
+    # The construct alone, in a bare stack: a second synth of the whole app would double the suite's time.
+    stack = cdk.Stack(cdk.App(), "Alarms")
+    AlarmTopic(stack, "Alarms", config=StageConfig(stage="dev", alarm_email="ops@example.com"))
+    template: Template = CdkTemplate.from_stack(stack).to_json()
+
+    _, subscription = only(template, "AWS::SNS::Subscription")
+    assert subscription["Properties"]["Protocol"] == "email"
+    assert subscription["Properties"]["Endpoint"] == "ops@example.com"
+
+
+def test_a_malformed_alarm_email_is_rejected() -> None:
+    with pytest.raises(ValidationError, match="alarm_email"):
+        StageConfig(stage="dev", alarm_email="ops at example")
+
+
+def test_no_email_is_subscribed_by_default(pipeline_template: Template, config: StageConfig) -> None:
+    assert config.alarm_email is None
+    assert resources(pipeline_template, "AWS::SNS::Subscription") == {}
+
+
+def test_outputs_name_the_queues_and_the_relay(pipeline_template: Template) -> None:
+    assert {"JobsQueueUrl", "DeadLetterQueueUrl", "RelayFunctionName", "AlarmTopicArn"} <= set(
+        pipeline_template["Outputs"]
+    )
