@@ -15,6 +15,7 @@ from tollgate.settings import (
     MigrateSettings,
     RelaySettings,
     SchedulerSettings,
+    WebhookAttemptSettings,
     WorkerSettings,
 )
 
@@ -25,6 +26,7 @@ ENTRYPOINTS: dict[str, type[BaseSettings]] = {
     "relay": RelaySettings,
     "scheduler": SchedulerSettings,
     "worker": WorkerSettings,
+    "webhook_attempt": WebhookAttemptSettings,
 }
 START, END = "<!-- configuration:start -->", "<!-- configuration:end -->"
 

@@ -49,3 +49,9 @@ def summarize_work(db: Database, tenant_ids: list[UUID]) -> WorkSummary:
         latency = conn.execute(db.q.completion_latency, {"tenant_ids": tenant_ids}).fetchone()
     assert latency is not None
     return WorkSummary(states, models, latency["p50"], latency["p95"])
+
+
+def delivery_states(db: Database, tenant_ids: list[UUID]) -> dict[str, int]:
+    with db.transaction() as conn:
+        rows = conn.execute(db.q.delivery_states_for_tenants, {"tenant_ids": tenant_ids}).fetchall()
+    return {row["state"]: row["deliveries"] for row in rows}

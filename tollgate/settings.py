@@ -88,6 +88,12 @@ class ApiSettings(DatabaseSettings, AdmissionSettings, ExtractionSettings):
     relay_function_name: str | None = Field(
         default=None, description="Outbox relay function nudged (asynchronously) after each accepted job."
     )
+    webhook_state_machine_arn: str | None = Field(
+        default=None, description="Webhook dispatcher state machine; replays answer 503 without it."
+    )
+    webhooks_allow_insecure: bool = Field(
+        default=False, description="Local development only: accept http:// endpoints and private addresses."
+    )
 
 
 class AuthorizerSettings(DatabaseSettings):
@@ -124,6 +130,10 @@ class RelaySettings(SystemDatabaseSettings):
     )
     message_group_shards: int = Field(
         default=8, ge=1, le=64, description="FIFO message groups per tenant (its parallelism in the queue)."
+    )
+    webhook_state_machine_arn: str | None = Field(
+        default=None,
+        description="Webhook dispatcher state machine; without it deliveries are recorded but not started.",
     )
 
 
@@ -209,4 +219,27 @@ class WorkerSettings(SystemDatabaseSettings, RetrySettings, ExtractionSettings, 
     worker_id: str = Field(
         default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}",
         description="Names this process in leases and attempt records.",
+    )
+
+
+class WebhookAttemptSettings(SystemDatabaseSettings):
+    """The webhook attempt Lambda (a step of the dispatcher state machine)."""
+
+    delivery_time_scale: float = Field(
+        default=1.0, ge=0, le=1, description="Scales the retry waits; below 1 only to compress time locally."
+    )
+    webhooks_allow_private_targets: bool = Field(
+        default=False, description="Local development only: deliver to private addresses and plain http."
+    )
+    webhook_connect_timeout_seconds: float = Field(
+        default=5.0, gt=0, description="Connect time cap per attempt."
+    )
+    webhook_total_timeout_seconds: float = Field(
+        default=15.0, gt=0, description="Total time cap per attempt."
+    )
+    webhook_max_response_bytes: int = Field(
+        default=64 * 1024, ge=1024, description="Most of a receiver's response that is read."
+    )
+    endpoint_disable_after_days: float = Field(
+        default=5.0, gt=0, description="An endpoint failing for this long is disabled and its tenant told."
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from datetime import timedelta
 
 import boto3
 import openai
@@ -30,8 +31,20 @@ from tollgate.settings import (
     RelaySettings,
     RetrySettings,
     SchedulerSettings,
+    WebhookAttemptSettings,
     WorkerSettings,
 )
+from tollgate.webhooks.attempts import AttemptDeps
+from tollgate.webhooks.deliveries import (
+    DeliveryStarter,
+    NoDispatcher,
+    ReplayDeps,
+    StepFunctionsStarter,
+    WebhookDispatcher,
+)
+from tollgate.webhooks.endpoints import WEBHOOK_EVENT_TYPES, EndpointDeps
+from tollgate.webhooks.sender import SenderLimits, WebhookSender
+from tollgate.webhooks.signing import new_secret
 from tollgate.worker import WorkerConfig
 
 
@@ -44,10 +57,18 @@ def build_api(settings: ApiSettings, db: Database | None = None, nudger: Nudger 
             if settings.relay_function_name
             else NoNudge()
         )
-    return ApiDeps(
-        AcceptanceDeps(
-            db=db, documents=store, settings=settings, clock=SystemClock(), new_id=new_id, nudger=nudger
+    clock = SystemClock()
+    replays = (
+        ReplayDeps(
+            db, clock, StepFunctionsStarter(boto3.client("stepfunctions"), settings.webhook_state_machine_arn)
         )
+        if settings.webhook_state_machine_arn
+        else None
+    )
+    return ApiDeps(
+        AcceptanceDeps(db=db, documents=store, settings=settings, clock=clock, new_id=new_id, nudger=nudger),
+        webhooks=EndpointDeps(db, clock, new_id, new_secret, allow_insecure=settings.webhooks_allow_insecure),
+        replays=replays,
     )
 
 
@@ -56,14 +77,23 @@ def build_authorizer(settings: AuthorizerSettings, db: Database | None = None) -
     return ApiKeyResolver(db, SystemClock(), settings.api_key_cache_ttl_seconds)
 
 
-def build_relay(settings: RelaySettings, db: Database | None = None) -> RelayDeps:
+def build_relay(
+    settings: RelaySettings, db: Database | None = None, starter: DeliveryStarter | None = None
+) -> RelayDeps:
     """The routing table lives here: each event type to the one destination that carries it."""
     db = db or build_database(settings, pool_name="relay")
     jobs_queue = SqsFifoPublisher(boto3.client("sqs"), settings.jobs_queue_url, settings.message_group_shards)
+    if starter is None:
+        starter = (
+            StepFunctionsStarter(boto3.client("stepfunctions"), settings.webhook_state_machine_arn)
+            if settings.webhook_state_machine_arn
+            else NoDispatcher()
+        )
+    webhooks = WebhookDispatcher(db, starter)
     return RelayDeps(
         db=db,
         clock=SystemClock(),
-        routes={EXTRACTION_REQUESTED: jobs_queue},
+        routes={EXTRACTION_REQUESTED: jobs_queue, **dict.fromkeys(WEBHOOK_EVENT_TYPES, webhooks)},
         batch_size=settings.relay_batch_size,
         claim_seconds=settings.relay_claim_seconds,
     )
@@ -127,6 +157,25 @@ def worker_config(settings: WorkerSettings) -> WorkerConfig:
         tenant_cap=settings.tenant_max_in_flight,
         idle_seconds=settings.claim_idle_seconds,
         drain_seconds=settings.drain_seconds,
+    )
+
+
+def build_webhook_attempts(settings: WebhookAttemptSettings, db: Database | None = None) -> AttemptDeps:
+    sender = WebhookSender(
+        allow_private_targets=settings.webhooks_allow_private_targets,
+        limits=SenderLimits(
+            connect_timeout=settings.webhook_connect_timeout_seconds,
+            total_timeout=settings.webhook_total_timeout_seconds,
+            max_response_bytes=settings.webhook_max_response_bytes,
+        ),
+    )
+    return AttemptDeps(
+        db=db or build_database(settings, pool_name="webhooks"),
+        clock=SystemClock(),
+        sender=sender,
+        jitter=random.uniform,
+        time_scale=settings.delivery_time_scale,
+        disable_after=timedelta(days=settings.endpoint_disable_after_days),
     )
 
 

@@ -33,11 +33,14 @@ pytestmark = pytest.mark.infrastructure
 # - CRASHPOINTS injects faults for tests and chaos runs; a deployed worker never dies on purpose.
 # - LIMITER_TABLE: the shared DynamoDB budget is not built yet, so each worker task keeps its own; the
 #   WorkerStack sets it together with the table once the DynamoDB limiter exists.
+# - WEBHOOK_STATE_MACHINE_ARN: the webhook dispatcher's stack is not built yet; until it is, the relay
+#   records deliveries without starting them and replays answer 503 in AWS.
+# - WEBHOOKS_ALLOW_INSECURE is for local development only; deployed endpoints must be HTTPS and public.
 LEFT_TO_DEFAULT = {
-    "api": {"DATABASE_URL", "DATABASE_ROLE"},
+    "api": {"DATABASE_URL", "DATABASE_ROLE", "WEBHOOK_STATE_MACHINE_ARN", "WEBHOOKS_ALLOW_INSECURE"},
     "authorizer": {"DATABASE_URL", "DATABASE_ROLE"},
     "migrate": {"DATABASE_URL", "DATABASE_ROLE", "MIGRATIONS_DIR"},
-    "outbox_relay": {"DATABASE_URL", "DATABASE_ROLE"},
+    "outbox_relay": {"DATABASE_URL", "DATABASE_ROLE", "WEBHOOK_STATE_MACHINE_ARN"},
     "scheduler": {"DATABASE_URL", "DATABASE_ROLE"},
     "worker": {
         "DATABASE_URL",

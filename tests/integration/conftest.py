@@ -30,25 +30,32 @@ def local_aws() -> Iterator[LocalAws]:
     aws.stop()
 
 
+def _start_stack(database_url: str, local_aws: LocalAws, **api_overrides: Any) -> LocalStack:
+    stack = LocalStack(
+        port=0, database_url=database_url, aws=local_aws, api_overrides=api_overrides, pipeline=False
+    )
+    return stack.start()
+
+
 @pytest.fixture(scope="session")
+def session_stack(database_url: str, local_aws: LocalAws) -> Iterator[LocalStack]:
+    stack = _start_stack(database_url, local_aws)
+    yield stack
+    stack.stop()
+
+
+@pytest.fixture
 def stack_factory(database_url: str, local_aws: LocalAws) -> Iterator[Callable[..., LocalStack]]:
+    """Stacks with other settings for one test; stopped after it, so their connections do not pile up."""
     stacks: list[LocalStack] = []
 
     def start(**api_overrides: Any) -> LocalStack:
-        stack = LocalStack(
-            port=0, database_url=database_url, aws=local_aws, api_overrides=api_overrides, pipeline=False
-        )
-        stacks.append(stack.start())
-        return stack
+        stacks.append(_start_stack(database_url, local_aws, **api_overrides))
+        return stacks[-1]
 
     yield start
     for stack in stacks:
         stack.stop()
-
-
-@pytest.fixture(scope="session")
-def session_stack(stack_factory: Callable[..., LocalStack]) -> LocalStack:
-    return stack_factory()
 
 
 @pytest.fixture

@@ -35,6 +35,7 @@ from tollgate.acceptance.service import (
     list_jobs,
 )
 from tollgate.api.problems import PROBLEM_CONTENT_TYPE, problem_response
+from tollgate.api.webhook_routes import register_webhook_routes
 from tollgate.errors import (
     InvalidRequest,
     MissingIdempotencyKey,
@@ -46,6 +47,8 @@ from tollgate.errors import (
     ValidationFailed,
 )
 from tollgate.jobs.states import JobState
+from tollgate.webhooks.deliveries import ReplayDeps
+from tollgate.webhooks.endpoints import EndpointDeps
 
 logger = Logger(service="tollgate-api")
 
@@ -59,6 +62,9 @@ ENVELOPE_ALLOWANCE = 64 * 1024
 @dataclass(frozen=True)
 class ApiDeps:
     acceptance: AcceptanceDeps
+    webhooks: EndpointDeps | None = None
+    # None where no dispatcher is deployed: replays answer 503.
+    replays: ReplayDeps | None = None
 
     @property
     def max_request_bytes(self) -> int:
@@ -190,6 +196,8 @@ def create_app(deps: ApiDeps) -> APIGatewayRestResolver:
     def cancel_extraction_job(job_id: str) -> Response[str]:
         return _json_response(200, cancel_job(deps.acceptance.db, tenant_id(), parse_job_id(job_id)))
 
+    register_webhook_routes(app, deps, tenant_id, _json_response, _problem_responses)
+
     @app.get("/openapi.json", include_in_schema=False)
     def openapi() -> Response[str]:
         return Response(status_code=200, content_type="application/json", body=openapi_document(app))
@@ -262,7 +270,7 @@ def export_openapi() -> str:
 
 def precheck(event: dict[str, Any], max_request_bytes: int) -> Response[str] | None:
     """Refusals that must happen before the body is parsed: wrong media type, oversize body."""
-    if event.get("httpMethod") != "POST":
+    if event.get("httpMethod") not in {"POST", "PATCH", "PUT"}:
         return None
     headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
     body = event.get("body") or ""

@@ -33,6 +33,8 @@ class LocalAws:
         # Only placeholders go in, so real credentials in the environment can never reach moto or AWS.
         os.environ.update(FAKE_AWS_ENV)
         os.environ["AWS_ENDPOINT_URL"] = self.endpoint_url
+        # moto's state machine interpreter calls Lambda on localhost:$MOTO_PORT (default 5000).
+        os.environ["MOTO_PORT"] = str(port)
         return self.endpoint_url
 
     def stop(self) -> None:

@@ -24,9 +24,10 @@ from tollgate.clock import new_id
 from tollgate.jobs.states import TERMINAL_STATES, JobState
 from tollgate.local.client import ApiClient
 from tollgate.local.runtime import LocalStack
-from tollgate.reporting import job_states, jobs, summarize_work
+from tollgate.reporting import delivery_states, job_states, jobs, summarize_work
 from tollgate.samples import CONSISTENT_KINDS, SUPPLIERS, SampleInvoice, generate_invoices, request_body
 from tollgate.suppliers import add_supplier
+from tollgate.webhooks.receiver import WebhookReceiver
 
 COMPLETION_TIMEOUT_SECONDS = 180
 TENANTS = ("nordwind-buyers", "lumiere-achats", "thames-accounts")
@@ -131,6 +132,7 @@ def run_demo(stack: LocalStack, jobs_per_tenant: int = 40, console: Console | No
             add_supplier(db, tenant.tenant_id, supplier.name, supplier.iban, new_id)
         clients[tenant.name] = ApiClient(stack.api_url, tenant.api_key)
         tenant_ids.append(tenant.tenant_id)
+    receivers = [_register_receiver(client) for client in clients.values()]
     provider = "the simulated provider" if stack.simulator else "the configured OpenAI endpoint"
     console.print(f"[bold]{len(clients)} tenants[/bold] created; API at {stack.api_url}; LLM: {provider}")
 
@@ -155,8 +157,33 @@ def run_demo(stack: LocalStack, jobs_per_tenant: int = 40, console: Console | No
         or "none"
     )
     report.check("every job ended where its invoice explains it", not unexplained, f"unexplained: {detail}")
+    delivered = stack.wait_for(
+        lambda: delivery_states(db, tenant_ids).get("DELIVERED", 0) >= len(report.submitted),
+        timeout=COMPLETION_TIMEOUT_SECONDS,
+    )
+    verified = sum(len(r.accepted) for r in receivers)
+    rejected = sum(len(r.rejections) for r in receivers)
+    report.check(
+        "one signed webhook per job, verified by the tenant's receiver",
+        delivered and verified == len(report.submitted) and rejected == 0,
+        f"{verified} verified, {rejected} rejected, deliveries {delivery_states(db, tenant_ids)}",
+    )
+    for receiver in receivers:
+        receiver.stop()
     _print_summary(console, db, tenant_ids, report)
     return report
+
+
+def _register_receiver(client: ApiClient) -> WebhookReceiver:
+    """A tenant's ERP stand-in: registers an endpoint, then listens with the secret it was shown once."""
+    created = client.request(
+        "POST", "/webhook-endpoints", json_body={"url": "http://127.0.0.1:9/pending"}
+    ).json
+    receiver = WebhookReceiver(created["secret"]).start()
+    client.request(
+        "PATCH", f"/webhook-endpoints/{created['endpoint_id']}", json_body={"url": f"{receiver.url}/erp"}
+    )
+    return receiver
 
 
 def _print_summary(console: Console, db: object, tenant_ids: list[UUID], report: DemoReport) -> None:

@@ -4,11 +4,13 @@ authorizer, the relay, the scheduler and two workers, each piece built by the sa
 from __future__ import annotations
 
 import os
+import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 from pydantic import SecretStr
 
@@ -21,6 +23,7 @@ from tollgate.local.aws import JobsQueues, LocalAws, create_documents_bucket, cr
 from tollgate.local.gateway import LocalGateway
 from tollgate.local.loops import Loop
 from tollgate.local.postgres import server_url
+from tollgate.local.stepfunctions import create_dispatcher
 from tollgate.local.workers import WorkerThread
 from tollgate.metrics import RecordedMetrics
 from tollgate.nudge import EventNudger
@@ -33,8 +36,10 @@ from tollgate.settings import (
     DatabaseSettings,
     RelaySettings,
     SchedulerSettings,
+    WebhookAttemptSettings,
     WorkerSettings,
 )
+from tollgate.webhooks.attempts import attempt_delivery
 from tollgate.wiring import (
     build_api,
     build_authorizer,
@@ -42,11 +47,14 @@ from tollgate.wiring import (
     build_ingress,
     build_relay,
     build_scheduler,
+    build_webhook_attempts,
     worker_config,
 )
 
 DEFAULT_DATA_DIR = Path(".tollgate")
 LOCAL_BUCKET = "tollgate-documents-local"
+# 5 s -> 0.05 s, 2 h -> 72 s: retries of a receiver that is down play out while one watches.
+DELIVERY_TIME_SCALE = 0.01
 # A provider with realistic latency and quotas generous enough that the demo is not about throttling.
 LOCAL_SIMULATOR = SimulatorConfig(
     requests_per_minute=3000, tokens_per_minute=6_000_000, max_concurrency=16, latency=Latency(0.25), seed=7
@@ -68,6 +76,7 @@ class LocalStack:
     scheduler_interval_seconds: float = 60.0
     metrics: RecordedMetrics = field(default_factory=RecordedMetrics)
     queues: JobsQueues | None = None
+    dispatcher_arn: str | None = None
     loops: dict[str, Loop] = field(default_factory=dict)
     workers: int = 2
     simulator_config: SimulatorConfig = field(default_factory=lambda: LOCAL_SIMULATOR)
@@ -103,7 +112,15 @@ class LocalStack:
         apply_migrations(self.database_url, REPO_ROOT / "migrations")
 
         url = SecretStr(self.database_url)
-        api_settings = ApiSettings(database_url=url, documents_bucket=LOCAL_BUCKET, **self.api_overrides)
+        if self.pipeline:
+            self.dispatcher_arn = self._start_dispatcher(url)
+        # The demo's receiver listens on http://127.0.0.1, which only local development may register.
+        overrides = {
+            "webhooks_allow_insecure": True,
+            "webhook_state_machine_arn": self.dispatcher_arn,
+            **self.api_overrides,
+        }
+        api_settings = ApiSettings(database_url=url, documents_bucket=LOCAL_BUCKET, **overrides)
         relay_wake = EventNudger()
         deps = build_api(api_settings, nudger=relay_wake)
         self._closers.append(deps.acceptance.db.close)
@@ -132,7 +149,11 @@ class LocalStack:
         """The relay (nudged by the API, swept on an interval), the scheduler, and the workers."""
         assert self.queues is not None
         queue_url = self.queues.url
-        relay = build_relay(RelaySettings(database_url=url, jobs_queue_url=queue_url))
+        relay = build_relay(
+            RelaySettings(
+                database_url=url, jobs_queue_url=queue_url, webhook_state_machine_arn=self.dispatcher_arn
+            )
+        )
         scheduler = build_scheduler(SchedulerSettings(database_url=url), self.metrics)
         for db in (relay.db, scheduler.db):
             self._closers.append(db.close)
@@ -146,6 +167,22 @@ class LocalStack:
             self._closers.append(loop.stop)
             self.loops[loop.name] = loop
         self._start_workers(url, queue_url)
+
+    def _start_dispatcher(self, url: SecretStr) -> str:
+        """The webhook dispatcher in moto's state machine executor; its waits are compressed so that a
+        schedule of minutes and hours plays out in seconds (the recorded delays stay the real ones)."""
+        settings = WebhookAttemptSettings(
+            database_url=url, delivery_time_scale=DELIVERY_TIME_SCALE, webhooks_allow_private_targets=True
+        )
+        deps = build_webhook_attempts(settings)
+        self._closers.append(deps.db.close)
+
+        def attempt(payload: dict[str, Any]) -> dict[str, Any]:
+            outcome = attempt_delivery(deps, UUID(payload["delivery_id"])).as_state_output()
+            self.notify_activity()
+            return outcome
+
+        return create_dispatcher(attempt, suffix=f"-{secrets.token_hex(3)}")
 
     def _start_workers(self, url: SecretStr, queue_url: str) -> None:
         overrides: dict[str, Any] = {}

@@ -23,3 +23,8 @@ GROUP BY 1 ORDER BY 1
 SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - created_at)) AS p50,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - created_at)) AS p95
 FROM extraction_jobs WHERE tenant_id = ANY(%(tenant_ids)s) AND finished_at IS NOT NULL
+
+-- name: delivery_states_for_tenants
+SELECT state, count(*) AS deliveries FROM webhook_deliveries
+WHERE tenant_id = ANY(%(tenant_ids)s)
+GROUP BY state

@@ -1,0 +1,184 @@
+"""Webhook endpoints over the API, and the relay's fan-out of webhook events into deliveries."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import pytest
+
+from tollgate.clock import SystemClock, new_id
+from tollgate.events import EXTRACTION_COMPLETED, EXTRACTION_FAILED
+from tollgate.local.client import ApiClient
+from tollgate.outbox import OutboxEvent
+from tollgate.webhooks.deliveries import WebhookDispatcher, delivery_id_for
+
+pytestmark = pytest.mark.integration
+
+URL = "https://erp.example.com/hooks/tollgate"
+
+
+class RecordingStarter:
+    """The dispatcher's port to Step Functions, in memory: records which executions were started."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[str, str]] = []
+
+    def start(self, delivery_id, name) -> None:
+        self.started.append((str(delivery_id), name))
+
+
+@pytest.fixture
+def strict_stack(stack_factory, clean_db):
+    return stack_factory(webhooks_allow_insecure=False)
+
+
+@pytest.fixture
+def client(strict_stack, tenant):
+    return ApiClient(strict_stack.api_url, tenant.api_key)
+
+
+def register(client, **body):
+    return client.request("POST", "/webhook-endpoints", json_body={"url": URL, **body})
+
+
+def test_registering_returns_the_secret_once(client):
+    created = register(client, description="ERP")
+
+    assert created.status == 201
+    assert created.json["secret"].startswith("whsec_")
+    assert sorted(created.json["event_types"]) == [
+        "extraction.completed.v1",
+        "extraction.failed.v1",
+        "extraction.review_required.v1",
+    ]
+    listed = client.request("GET", "/webhook-endpoints").json["items"]
+    assert [e["endpoint_id"] for e in listed] == [created.json["endpoint_id"]]
+    assert "secret" not in listed[0]
+    assert "secret" not in client.request("GET", f"/webhook-endpoints/{created.json['endpoint_id']}").json
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        ({"url": "http://erp.example.com/hooks"}, 422),
+        ({"url": "https://user:pass@erp.example.com/hooks"}, 422),
+        ({"url": "https:///nohost"}, 422),
+        ({"url": URL, "event_types": ["extraction.started.v1"]}, 422),
+        ({"url": URL, "event_types": []}, 422),
+        ({"url": URL, "callback": "https://elsewhere.example"}, 422),
+        ({"url": 42}, 422),
+    ],
+    ids=[
+        "plain-http",
+        "credentials",
+        "no-host",
+        "unknown-event",
+        "no-events",
+        "unknown-field",
+        "not-a-string",
+    ],
+)
+def test_bad_registrations_are_refused_and_write_nothing(client, body, status):
+    response = client.request("POST", "/webhook-endpoints", json_body=body)
+
+    assert response.status == status
+    assert response.header("Content-Type") == "application/problem+json"
+    assert client.request("GET", "/webhook-endpoints").json["items"] == []
+
+
+def test_another_tenants_endpoint_is_404(client, make_tenant, strict_stack):
+    endpoint_id = register(client).json["endpoint_id"]
+    other = ApiClient(strict_stack.api_url, make_tenant("other").api_key)
+
+    for method, path in [
+        ("GET", f"/webhook-endpoints/{endpoint_id}"),
+        ("DELETE", f"/webhook-endpoints/{endpoint_id}"),
+        ("POST", f"/webhook-endpoints/{endpoint_id}/rotate-secret"),
+        ("GET", f"/webhook-endpoints/{endpoint_id}/deliveries"),
+    ]:
+        assert other.request(method, path).status == 404, path
+    assert client.request("GET", f"/webhook-endpoints/{endpoint_id}").status == 200
+
+
+def test_disable_enable_update_and_delete(client):
+    endpoint_id = register(client).json["endpoint_id"]
+    path = f"/webhook-endpoints/{endpoint_id}"
+
+    disabled = client.request("PATCH", path, json_body={"enabled": False})
+    enabled = client.request("PATCH", path, json_body={"enabled": True, "event_types": [EXTRACTION_FAILED]})
+    deleted = client.request("DELETE", path)
+
+    assert (disabled.json["enabled"], disabled.json["disabled_reason"]) == (False, "disabled by the tenant")
+    assert (enabled.json["enabled"], enabled.json["disabled_reason"]) == (True, None)
+    assert enabled.json["event_types"] == [EXTRACTION_FAILED]
+    assert deleted.status == 204
+    assert client.request("GET", path).status == 404
+
+
+def test_rotation_gives_a_new_secret_and_keeps_the_old_one_for_a_grace_period(client):
+    created = register(client).json
+    rotated = client.request("POST", f"/webhook-endpoints/{created['endpoint_id']}/rotate-secret").json
+
+    assert rotated["secret"].startswith("whsec_") and rotated["secret"] != created["secret"]
+    assert rotated["previous_secret_expires_at"] is not None
+
+
+def test_replay_without_a_dispatcher_is_a_clear_503(client):
+    endpoint_id = register(client).json["endpoint_id"]
+    response = client.request(
+        "POST", f"/webhook-endpoints/{endpoint_id}/replay", json_body={"since": "2026-01-01T00:00:00Z"}
+    )
+    assert response.status == 503
+    assert response.json["type"].endswith("/deliveries-unavailable")
+
+
+def event(tenant_id, event_type=EXTRACTION_COMPLETED) -> OutboxEvent:
+    return OutboxEvent(
+        event_id=new_id(),
+        event_type=event_type,
+        tenant_id=tenant_id,
+        aggregate_id=new_id(),
+        payload={"job_id": "x", "state": "SUCCEEDED"},
+        created_at=SystemClock().now(),
+    )
+
+
+def test_fan_out_creates_one_delivery_per_subscribed_endpoint_and_republishing_adds_none(
+    client, tenant, system_db, clean_db
+):
+    everything = register(client).json["endpoint_id"]
+    failures_only = register(client, event_types=[EXTRACTION_FAILED]).json["endpoint_id"]
+    disabled = register(client).json["endpoint_id"]
+    client.request("PATCH", f"/webhook-endpoints/{disabled}", json_body={"enabled": False})
+    starter = RecordingStarter()
+    dispatcher = WebhookDispatcher(system_db, starter)
+    completed = event(tenant.tenant_id)
+
+    first = dispatcher.publish([completed])
+    again = dispatcher.publish([completed])
+
+    assert first == again == {completed.event_id: None}
+    expected = str(delivery_id_for(completed.event_id, UUID(everything)))
+    assert starter.started == [(expected, expected), (expected, expected)]
+    deliveries = client.request("GET", f"/webhook-endpoints/{everything}/deliveries").json["items"]
+    assert [d["delivery_id"] for d in deliveries] == [expected]
+    assert client.request("GET", f"/webhook-endpoints/{failures_only}/deliveries").json["items"] == []
+
+
+def test_a_replay_reopens_the_delivery_under_the_same_id(stack_factory, tenant, system_db, clean_db):
+    from tollgate.webhooks.deliveries import ReplayDeps, replay_delivery
+
+    local = stack_factory()
+    client = ApiClient(local.api_url, tenant.api_key)
+    endpoint_id = client.request("POST", "/webhook-endpoints", json_body={"url": URL}).json["endpoint_id"]
+    starter = RecordingStarter()
+    completed = event(tenant.tenant_id)
+    WebhookDispatcher(system_db, starter).publish([completed])
+    delivery_id = delivery_id_for(completed.event_id, UUID(endpoint_id))
+
+    result = replay_delivery(
+        ReplayDeps(system_db, SystemClock(), starter), tenant.tenant_id, UUID(endpoint_id), delivery_id
+    )
+
+    assert result.replayed == [delivery_id]
+    assert starter.started[-1] == (str(delivery_id), f"{delivery_id}-replay-1")

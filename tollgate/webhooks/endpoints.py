@@ -1,0 +1,188 @@
+"""Tenants' webhook endpoints: register (the secret is shown once), list, update, delete, rotate secrets.
+
+URLs are HTTPS only, taken from the tenant's registration and never from a job. Whether a URL's host is a
+public address is checked again at every send (DNS can change); registration refuses what is plainly wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from tollgate.clock import Clock, IdFactory
+from tollgate.db import Database
+from tollgate.errors import NotFound, ValidationFailed
+from tollgate.events import EXTRACTION_COMPLETED, EXTRACTION_FAILED, EXTRACTION_REVIEW_REQUIRED
+
+WEBHOOK_EVENT_TYPES = (EXTRACTION_COMPLETED, EXTRACTION_REVIEW_REQUIRED, EXTRACTION_FAILED)
+ROTATION_GRACE = timedelta(hours=24)
+
+EventType = Annotated[str, StringConstraints(pattern=r"^extraction\.(completed|review_required|failed)\.v1$")]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EndpointCreate(Strict):
+    url: Annotated[str, StringConstraints(min_length=8, max_length=2048)]
+    event_types: list[EventType] = Field(default_factory=lambda: list(WEBHOOK_EVENT_TYPES), min_length=1)
+    description: Annotated[str, StringConstraints(max_length=500)] = ""
+
+    @field_validator("event_types")
+    @classmethod
+    def _unique(cls, value: list[str]) -> list[str]:
+        return sorted(set(value))
+
+
+class EndpointUpdate(Strict):
+    url: Annotated[str, StringConstraints(min_length=8, max_length=2048)] | None = None
+    event_types: list[EventType] | None = Field(default=None, min_length=1)
+    description: Annotated[str, StringConstraints(max_length=500)] | None = None
+    enabled: bool | None = None
+
+
+class EndpointView(BaseModel):
+    endpoint_id: UUID
+    url: str
+    description: str
+    event_types: list[str]
+    enabled: bool
+    disabled_reason: str | None
+    previous_secret_expires_at: datetime | None = Field(
+        description="While set, deliveries are signed with the previous secret too."
+    )
+    created_at: datetime
+    updated_at: datetime
+
+
+class EndpointWithSecret(EndpointView):
+    secret: str = Field(description="The signing secret: shown this once, keep it safe.")
+
+
+class EndpointList(BaseModel):
+    items: list[EndpointView]
+
+
+def check_url(url: str, allow_insecure: bool) -> str:
+    parts = urlsplit(url)
+    schemes = {"https", "http"} if allow_insecure else {"https"}
+    problems = []
+    if parts.scheme not in schemes:
+        problems.append("the URL must use https")
+    if not parts.hostname:
+        problems.append("the URL needs a host")
+    if parts.username or parts.password:
+        problems.append("the URL must not carry credentials")
+    if parts.fragment:
+        problems.append("the URL must not have a fragment")
+    if problems:
+        raise ValidationFailed(
+            "; ".join(problems), errors=[{"loc": ["body", "url"], "type": "url", "msg": p} for p in problems]
+        )
+    return url
+
+
+@dataclass(frozen=True)
+class EndpointDeps:
+    db: Database
+    clock: Clock
+    new_id: IdFactory
+    new_secret: Callable[[], str]
+    # Local development only: lets the demo's receiver on 127.0.0.1 be registered over plain http.
+    allow_insecure: bool = False
+
+
+def _view(row: dict[str, Any]) -> EndpointView:
+    return EndpointView.model_validate(row)
+
+
+def create_endpoint(deps: EndpointDeps, tenant_id: UUID, request: EndpointCreate) -> EndpointWithSecret:
+    db, secret = deps.db, deps.new_secret()
+    with db.transaction(tenant_id) as conn:
+        row = conn.execute(
+            db.q.insert_endpoint,
+            {
+                "endpoint_id": deps.new_id(),
+                "tenant_id": tenant_id,
+                "url": check_url(request.url, deps.allow_insecure),
+                "description": request.description,
+                "event_types": request.event_types,
+                "secret": secret,
+                "now": deps.clock.now(),
+            },
+        ).fetchone()
+    assert row is not None
+    return EndpointWithSecret(**_view(row).model_dump(), secret=secret)
+
+
+def list_endpoints(db: Database, tenant_id: UUID) -> EndpointList:
+    with db.transaction(tenant_id) as conn:
+        rows = conn.execute(db.q.list_endpoints, {"tenant_id": tenant_id}).fetchall()
+    return EndpointList(items=[_view(r) for r in rows])
+
+
+def get_endpoint(db: Database, tenant_id: UUID, endpoint_id: UUID) -> EndpointView:
+    with db.transaction(tenant_id) as conn:
+        row = conn.execute(db.q.get_endpoint, {"tenant_id": tenant_id, "endpoint_id": endpoint_id}).fetchone()
+    if row is None:
+        raise NotFound(f"no webhook endpoint {endpoint_id}")
+    return _view(row)
+
+
+def update_endpoint(
+    deps: EndpointDeps, tenant_id: UUID, endpoint_id: UUID, request: EndpointUpdate
+) -> EndpointView:
+    db = deps.db
+    with db.transaction(tenant_id) as conn:
+        row = conn.execute(
+            db.q.update_endpoint,
+            {
+                "tenant_id": tenant_id,
+                "endpoint_id": endpoint_id,
+                "url": check_url(request.url, deps.allow_insecure) if request.url is not None else None,
+                "description": request.description,
+                "event_types": sorted(set(request.event_types)) if request.event_types else None,
+                "enabled": request.enabled,
+                "now": deps.clock.now(),
+            },
+        ).fetchone()
+    if row is None:
+        raise NotFound(f"no webhook endpoint {endpoint_id}")
+    return _view(row)
+
+
+def delete_endpoint(deps: EndpointDeps, tenant_id: UUID, endpoint_id: UUID) -> None:
+    db = deps.db
+    with db.transaction(tenant_id) as conn:
+        row = conn.execute(
+            db.q.delete_endpoint,
+            {"tenant_id": tenant_id, "endpoint_id": endpoint_id, "now": deps.clock.now()},
+        ).fetchone()
+    if row is None:
+        raise NotFound(f"no webhook endpoint {endpoint_id}")
+
+
+def rotate_secret(deps: EndpointDeps, tenant_id: UUID, endpoint_id: UUID) -> EndpointWithSecret:
+    """A new secret, shown once; the old one keeps signing beside it for the grace period."""
+    db, secret, now = deps.db, deps.new_secret(), deps.clock.now()
+    with db.transaction(tenant_id) as conn:
+        row = conn.execute(
+            db.q.rotate_endpoint_secret,
+            {
+                "tenant_id": tenant_id,
+                "endpoint_id": endpoint_id,
+                "secret": secret,
+                "previous_expires_at": now + ROTATION_GRACE,
+                "now": now,
+            },
+        ).fetchone()
+    if row is None:
+        raise NotFound(f"no webhook endpoint {endpoint_id}")
+    return EndpointWithSecret(**_view(row).model_dump(), secret=secret)
