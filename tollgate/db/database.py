@@ -2,15 +2,17 @@
 
 Each transaction assumes a role with ``set_config('role', …, true)`` and, for tenant work, sets the tenant
 for row-level security the same way; both revert at commit, so a pooled connection never carries a
-tenant or a role into the next transaction.
+tenant or a role into the next transaction. In AWS the credentials come from the rotating Secrets Manager
+secret and are read again for every new connection, so a pool outlives a password rotation.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 from psycopg import Connection
@@ -22,6 +24,87 @@ from tollgate.db.queries import Queries, load_queries
 from tollgate.settings import DatabaseSettings
 
 Conn = Connection[DictRow]
+
+# How long a process reuses the secret it read. A rotation does not wait for it: after a login that did
+# not succeed, the next connection reads the secret afresh (SecretConninfo).
+SECRET_MAX_AGE_SECONDS = 300
+
+
+class SecretLoader(Protocol):
+    """Reads a Secrets Manager secret's value; ``force_fetch`` goes past whatever cache the loader keeps."""
+
+    def __call__(self, secret_id: str, *, force_fetch: bool = False) -> str | bytes | Mapping[str, Any]: ...
+
+
+def powertools_secret_loader(max_age_seconds: int = SECRET_MAX_AGE_SECONDS) -> SecretLoader:
+    """Powertools' ``get_secret``, cached in the process for ``max_age_seconds``."""
+    # Imported here: the DATABASE_URL path (local runs, tests, the CLI) never needs boto3.
+    from aws_lambda_powertools.utilities.parameters import get_secret
+
+    def load(secret_id: str, *, force_fetch: bool = False) -> str:
+        return get_secret(secret_id, force_fetch=force_fetch, max_age=max_age_seconds)
+
+    return load
+
+
+def conninfo_from_secret(raw: str | bytes | Mapping[str, Any], *, host: str | None = None) -> str:
+    """A libpq connection string from an RDS secret (username, password, host, port, dbname).
+
+    ``host`` replaces the secret's own (the cluster's), to go through RDS Proxy instead.
+    """
+    secret: Mapping[str, Any] = json.loads(raw) if isinstance(raw, str | bytes) else raw
+    return make_conninfo(
+        host=host or secret["host"],
+        port=str(secret.get("port", 5432)),
+        dbname=secret.get("dbname", "postgres"),
+        user=secret["username"],
+        password=secret["password"],
+        # The secret path is the deployed one: Aurora and RDS Proxy, both reached over TLS only.
+        sslmode="require",
+    )
+
+
+class SecretConninfo:
+    """The pool's connection string, built from the database secret each time the pool opens a connection.
+
+    Secrets Manager rotates the password every 30 days. Connections already open stay logged in; each new
+    one takes what the secret says at that moment, so a worker or a warm Lambda keeps its pool across a
+    rotation. Reads go through the loader's cache, except after a login that never succeeded (a password
+    rotated while cached, typically): the next connection then reads the secret afresh, so the pool's first
+    reconnection attempt (about a second later) already uses the new password. When the pool opens several
+    connections at once this may read the secret once more than needed, which is harmless.
+    """
+
+    def __init__(self, secret_id: str, loader: SecretLoader, *, host: str | None = None) -> None:
+        self._secret_id = secret_id
+        self._loader = loader
+        self._host = host
+        self._lock = threading.Lock()
+        self._login_pending = False
+
+    def __call__(self) -> str:
+        with self._lock:
+            # Credentials handed out before that have not produced a connection may be the stale ones.
+            force_fetch = self._login_pending
+            self._login_pending = True
+        return self.read(force_fetch=force_fetch)
+
+    def read(self, *, force_fetch: bool = False) -> str:
+        """The connection string as the secret has it now (or as the loader's cache does)."""
+        return conninfo_from_secret(self._loader(self._secret_id, force_fetch=force_fetch), host=self._host)
+
+    def logged_in(self, conn: Conn) -> None:
+        """The pool's ``configure`` callback, called for each new connection: its credentials worked."""
+        with self._lock:
+            self._login_pending = False
+
+
+def secret_conninfo(settings: DatabaseSettings, loader: SecretLoader | None = None) -> SecretConninfo:
+    if settings.database_secret_arn is None:
+        raise ValueError("the database secret path needs DATABASE_SECRET_ARN")
+    return SecretConninfo(
+        settings.database_secret_arn, loader or powertools_secret_loader(), host=settings.database_host
+    )
 
 
 class Database:
@@ -45,36 +128,37 @@ class Database:
         self.pool.close()
 
 
-def resolve_conninfo(settings: DatabaseSettings, secret_loader: Any = None) -> str:
-    """The libpq connection string, from DATABASE_URL or from the Secrets Manager secret."""
+def resolve_conninfo(settings: DatabaseSettings, secret_loader: SecretLoader | None = None) -> str:
+    """A connection string for one-off use (the migration runner): DATABASE_URL, or the secret read now."""
     if settings.database_url is not None:
         return settings.database_url.get_secret_value()
-    if secret_loader is None:
-        from aws_lambda_powertools.utilities.parameters import get_secret
-
-        secret_loader = get_secret
-    raw = secret_loader(settings.database_secret_arn)
-    secret = json.loads(raw) if isinstance(raw, str | bytes) else raw
-    return make_conninfo(
-        host=settings.database_host or secret["host"],
-        port=str(secret.get("port", 5432)),
-        dbname=secret.get("dbname", "postgres"),
-        user=secret["username"],
-        password=secret["password"],
-        # The secret path is the deployed one: Aurora and RDS Proxy, both reached over TLS only.
-        sslmode="require",
-    )
+    # Nothing reuses this string, so a cached secret would only risk a password rotated moments ago.
+    return secret_conninfo(settings, secret_loader).read(force_fetch=True)
 
 
-def build_database(settings: DatabaseSettings, *, pool_name: str = "tollgate") -> Database:
+def build_database(
+    settings: DatabaseSettings, *, pool_name: str = "tollgate", secret_loader: SecretLoader | None = None
+) -> Database:
+    """The pool for one entrypoint. With DATABASE_URL it connects with that URL; otherwise it reads the
+    credentials from the database secret for each new connection (``secret_loader``, by default Powertools'
+    cached ``get_secret``)."""
+    conninfo: str | SecretConninfo
+    configure: Callable[[Conn], None] | None = None
+    if settings.database_url is not None:
+        conninfo = settings.database_url.get_secret_value()
+    else:
+        # A callable conninfo (psycopg-pool 3.3, the project's minimum) is called for every new connection.
+        conninfo = secret_conninfo(settings, secret_loader)
+        configure = conninfo.logged_in
     pool: ConnectionPool[Conn] = ConnectionPool(
-        resolve_conninfo(settings),
+        conninfo,
         connection_class=Connection[DictRow],
         kwargs={
             "row_factory": dict_row,
             # Server-side prepared statements pin RDS Proxy sessions; plain statements keep multiplexing.
             "prepare_threshold": None,
         },
+        configure=configure,
         min_size=1,
         max_size=settings.database_pool_size,
         # A Lambda thawed after minutes may hold a dead socket: check before lending it out.
