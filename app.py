@@ -19,6 +19,7 @@ from cdk_nag import AwsSolutionsChecks
 from stacks.api_stack import ApiStack
 from stacks.config import REPO_ROOT, StageConfig
 from stacks.data_stack import DataStack
+from stacks.delivery_stack import DeliveryStack
 from stacks.pipeline_stack import PipelineStack
 from stacks.worker_stack import WorkerStack
 
@@ -58,13 +59,22 @@ def build_app(
         "database_secret": data.database_secret,
         "database_clients": data.database_clients,
     }
-    # Data <- Pipeline <- Api and Worker: the API nudges the relay and the worker consumes the queue, both
-    # owned by the pipeline, which itself needs nothing from either, so references only point one way.
+    # Data <- Delivery <- Pipeline <- Api and Worker: the relay starts webhook deliveries, the API nudges the
+    # relay and starts replays, and the worker consumes the pipeline's queue; no stack needs anything from
+    # one deployed after it, so references only point one way.
+    delivery = DeliveryStack(
+        app,
+        config.stack_name("Delivery"),
+        config=config,
+        **database,
+        description=f"Tollgate {config.stage}: webhook dispatcher state machine, attempt Lambda, alarms",
+    )
     pipeline = PipelineStack(
         app,
         config.stack_name("Pipeline"),
         config=config,
         **database,
+        webhook_state_machine=delivery.state_machine,
         description=f"Tollgate {config.stage}: jobs FIFO queue and DLQ, outbox relay, scheduler, alarms",
     )
     ApiStack(
@@ -74,6 +84,7 @@ def build_app(
         **database,
         documents_bucket=data.documents_bucket,
         relay_function=pipeline.relay_function,
+        webhook_state_machine=delivery.state_machine,
         description=f"Tollgate {config.stage}: public REST API, authorizer, acceptance Lambda",
     )
     WorkerStack(
@@ -83,6 +94,7 @@ def build_app(
         **database,
         documents_bucket=data.documents_bucket,
         jobs_queue=pipeline.jobs_queue,
+        relay_function=pipeline.relay_function,
         description=f"Tollgate {config.stage}: ECS Fargate worker, its scaling and the OpenAI key secret",
     )
 

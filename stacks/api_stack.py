@@ -1,7 +1,7 @@
 """ApiStack: the public REST API, its API-key authorizer and the acceptance Lambda behind it.
 
-Everything the stack connects to (VPC, proxy, secret, bucket) is passed in by ``app.py`` from DataStack, and
-the outbox relay it nudges from PipelineStack.
+Everything the stack connects to (VPC, proxy, secret, bucket) is passed in by ``app.py`` from DataStack, the
+outbox relay it nudges from PipelineStack, and the webhook dispatcher it starts replays on from DeliveryStack.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_rds as rds
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.config import StageConfig, settings_environment
@@ -68,6 +69,7 @@ class ApiStack(cdk.Stack):
         database_clients: ec2.ISecurityGroup,
         documents_bucket: s3.IBucket,
         relay_function: lambda_.IFunction,
+        webhook_state_machine: sfn.IStateMachine,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, env=config.environment, **kwargs)
@@ -94,6 +96,8 @@ class ApiStack(cdk.Stack):
                 **database_environment,
                 "DOCUMENTS_BUCKET": config.documents_bucket_name,
                 "RELAY_FUNCTION_NAME": relay_function.function_name,
+                # Replays start a new execution of the delivery on DeliveryStack's dispatcher.
+                "WEBHOOK_STATE_MACHINE_ARN": webhook_state_machine.state_machine_arn,
                 **settings_environment(config.admission),
                 **settings_environment(config.jobs),
             },
@@ -118,6 +122,7 @@ class ApiStack(cdk.Stack):
             database_secret.grant_read(handler.function)
         # The nudge invokes the unqualified name, so no version or alias (and no ARN wildcard) is granted.
         relay_function.grant_invoke_latest_version(self.api_handler.function)
+        webhook_state_machine.grant_start_execution(self.api_handler.function)
         self._grant_documents(config, documents_bucket)
 
         self.api = self._rest_api(config)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -23,6 +24,7 @@ from tollgate.settings import (
     RelaySettings,
     RetrySettings,
     SchedulerSettings,
+    WebhookAttemptSettings,
     WorkerSettings,
 )
 
@@ -102,6 +104,23 @@ WorkerTuning = _settings_section(
 """The worker's models, prices, slots, leases and provider budget: fields of ``WorkerSettings`` that need no
 resource. Not ``max_output_tokens``: the worker takes the API's (``jobs``), which acceptance used."""
 
+WebhookLimits = _settings_section(
+    "WebhookLimits",
+    WebhookAttemptSettings,
+    (
+        "webhook_connect_timeout_seconds",
+        "webhook_total_timeout_seconds",
+        "webhook_max_response_bytes",
+        "endpoint_disable_after_days",
+    ),
+)
+"""How one webhook attempt talks to a tenant's endpoint, and when a failing endpoint is disabled; fields of
+``WebhookAttemptSettings``. Not ``delivery_time_scale`` or ``webhooks_allow_private_targets``: both exist
+only to run the dispatcher locally, and a deployed stage keeps their defaults."""
+
+# What one webhook attempt does besides sending: load the delivery, record the outcome (through RDS Proxy).
+WEBHOOK_ATTEMPT_DATABASE_SECONDS = 15
+
 # ECS sends SIGTERM, then SIGKILL this much later; Fargate allows no more.
 WORKER_STOP_TIMEOUT_SECONDS = 120
 
@@ -139,6 +158,15 @@ class StageConfig(BaseModel):
 
     vpc_cidr: str = "10.40.0.0/16"
     max_azs: int = Field(default=2, ge=2, le=3, description="An Aurora subnet group needs two AZs at least.")
+    nat_gateways: int = Field(
+        default=1,
+        ge=1,
+        le=3,
+        description=(
+            "NAT gateways for the worker's egress subnets (the LLM provider's public API). One is cheapest; "
+            "max_azs of them give each AZ its own, so losing an AZ never cuts the others off."
+        ),
+    )
 
     aurora_min_acu: float = Field(default=0.5, ge=0, le=256)
     aurora_max_acu: float = Field(default=4, ge=1, le=256)
@@ -236,6 +264,7 @@ class StageConfig(BaseModel):
     retry: RetryLimits = Field(default_factory=RetryLimits)  # type: ignore[valid-type]
     scheduler: SchedulerLimits = Field(default_factory=SchedulerLimits)  # type: ignore[valid-type]
     worker: WorkerTuning = Field(default_factory=WorkerTuning)  # type: ignore[valid-type]
+    webhooks: WebhookLimits = Field(default_factory=WebhookLimits)  # type: ignore[valid-type]
 
     layer_dir: Path = Field(
         default=DEFAULT_LAYER_DIR, description="Folder holding python/ with the Lambda dependencies."
@@ -284,6 +313,15 @@ class StageConfig(BaseModel):
         if self.relay.relay_claim_seconds > 900:
             # The relay's timeout is its claim lease (PipelineStack), and Lambda stops at 15 minutes.
             raise ValueError("relay.relay_claim_seconds cannot exceed Lambda's 900-second limit")
+        if self.webhooks.webhook_connect_timeout_seconds > self.webhooks.webhook_total_timeout_seconds:
+            raise ValueError("webhooks.webhook_connect_timeout_seconds exceeds webhook_total_timeout_seconds")
+        if self.webhook_attempt_timeout_seconds > 900:
+            raise ValueError(
+                "webhooks.webhook_total_timeout_seconds leaves no room for the attempt's database work "
+                "within Lambda's 900-second limit"
+            )
+        if self.nat_gateways > self.max_azs:
+            raise ValueError("nat_gateways exceeds max_azs: a NAT gateway lives in one AZ's public subnet")
         if self.max_azs > 2 and (self.account is None or self.region is None):
             # An environment-agnostic stack can only address two AZs (Fn::GetAZs); say so instead of
             # silently deploying fewer than asked.
@@ -307,6 +345,12 @@ class StageConfig(BaseModel):
     @property
     def log_retention_days(self) -> logs.RetentionDays:
         return logs.RetentionDays[self.log_retention]
+
+    @property
+    def webhook_attempt_timeout_seconds(self) -> int:
+        """The attempt Lambda's timeout: the sender's own cap, then the database work around it, so a slow
+        endpoint ends as a recorded failed attempt rather than a killed invocation."""
+        return math.ceil(self.webhooks.webhook_total_timeout_seconds) + WEBHOOK_ATTEMPT_DATABASE_SECONDS
 
     @property
     def documents_bucket_name(self) -> str:

@@ -29,6 +29,8 @@ POSTGRES_PORT = 5432
 DATABASE_NAME = "tollgate"
 ADMIN_USER = "tollgate_admin"
 ISOLATED = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
+EGRESS = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
+HTTPS = ec2.Port.tcp(443)
 
 
 class DataStack(cdk.Stack):
@@ -46,8 +48,14 @@ class DataStack(cdk.Stack):
             "DatabaseClients",
             vpc=self.vpc,
             description="Tollgate compute that uses PostgreSQL through RDS Proxy",
-            # Isolated subnets have no route out; egress can only reach the VPC and its endpoints.
-            allow_all_outbound=True,
+            # Outbound: HTTPS (below) and PostgreSQL to the proxy (added with the proxy's ingress rule).
+            allow_all_outbound=False,
+        )
+        # HTTPS to any address: the worker calls the LLM provider's public API (its addresses are not
+        # fixed) through NAT, and every member calls AWS through the interface endpoints and the S3 gateway.
+        # The Lambdas share the group from isolated subnets, where it leads no further than the VPC.
+        self.database_clients.add_egress_rule(
+            ec2.Peer.any_ipv4(), HTTPS, "HTTPS: the LLM provider through NAT, AWS through VPC endpoints"
         )
         self.migration_clients = ec2.SecurityGroup(
             self,
@@ -80,9 +88,11 @@ class DataStack(cdk.Stack):
             subnets=ISOLATED,
             open=False,
         )
-        # Application traffic with no public route either: the worker pulls its image (ECR API and registry;
-        # the layers themselves come through the S3 gateway), the relay sends to the jobs queue and the
-        # worker consumes it, and the API Lambda nudges the relay through Lambda's API.
+        # Application traffic to AWS stays in the VPC: the Lambdas have no other route, and the worker, whose
+        # NAT route is for the LLM provider, gets these through private DNS too (no NAT data charge). The
+        # worker pulls its image (ECR API and registry; the layers themselves come through the S3 gateway),
+        # the relay sends to the jobs queue and the worker consumes it, and the API Lambda nudges the relay
+        # through Lambda's API.
         self.application_endpoints = {
             name: self.vpc.add_interface_endpoint(name, service=service, subnets=ISOLATED, open=False)
             for name, service in (
@@ -99,7 +109,11 @@ class DataStack(cdk.Stack):
         for clients in (self.database_clients, self.migration_clients):
             self.logs_endpoint.connections.allow_default_port_from(clients)
             self.xray_endpoint.connections.allow_default_port_from(clients)
-        self.vpc.add_gateway_endpoint("S3", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=[ISOLATED])
+        # In the worker's egress subnets too, so document reads and image layers (ECR serves them from S3)
+        # bypass the NAT gateway and its per-gigabyte charge.
+        self.vpc.add_gateway_endpoint(
+            "S3", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=[ISOLATED, EGRESS]
+        )
 
         self.access_logs_bucket, self.documents_key, self.documents_bucket = self._storage()
         self.vpc.add_flow_log(
@@ -144,17 +158,33 @@ class DataStack(cdk.Stack):
         cdk.CfnOutput(self, "DatabaseProxyEndpoint", value=self.database_proxy.endpoint)
 
     def _network(self) -> ec2.Vpc:
+        """Isolated subnets for the database, the proxy, the endpoints and every Lambda; egress subnets behind
+        NAT for the ECS worker alone, which must reach the LLM provider; public subnets for the NAT gateways.
+
+        CDK allocates CIDR blocks in this order, so the isolated subnets keep the ranges they were deployed
+        with; new groups go at the end, largest mask first so every block stays aligned.
+        """
         return ec2.Vpc(
             self,
             "Vpc",
             ip_addresses=ec2.IpAddresses.cidr(self.config.vpc_cidr),
             max_azs=self.config.max_azs,
-            # No NAT and no internet gateway: everything the Lambdas call is reached through endpoints.
-            nat_gateways=0,
+            nat_gateways=self.config.nat_gateways,
             subnet_configuration=[
                 ec2.SubnetConfiguration(
                     name="isolated", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED, cidr_mask=22
-                )
+                ),
+                ec2.SubnetConfiguration(
+                    name="egress", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=22
+                ),
+                ec2.SubnetConfiguration(
+                    name="public",
+                    subnet_type=ec2.SubnetType.PUBLIC,
+                    cidr_mask=24,
+                    # Only the NAT gateways live here, each with its own Elastic IP; nothing launched in
+                    # these subnets gets a public address by accident.
+                    map_public_ip_on_launch=False,
+                ),
             ],
         )
 

@@ -17,6 +17,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_rds as rds
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.config import StageConfig, settings_environment
@@ -42,6 +43,7 @@ class PipelineStack(cdk.Stack):
         database_proxy: rds.IDatabaseProxy,
         database_secret: secretsmanager.ISecret,
         database_clients: ec2.ISecurityGroup,
+        webhook_state_machine: sfn.IStateMachine,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, env=config.environment, **kwargs)
@@ -72,6 +74,8 @@ class PipelineStack(cdk.Stack):
             environment={
                 **database_environment,
                 "JOBS_QUEUE_URL": self.jobs_queue.queue_url,
+                # Webhook events go to DeliveryStack's dispatcher, one execution per delivery.
+                "WEBHOOK_STATE_MACHINE_ARN": webhook_state_machine.state_machine_arn,
                 **settings_environment(config.relay),
             },
             # The run ends before the claim lease on its last batch does, so a timed-out run's rows come
@@ -98,6 +102,7 @@ class PipelineStack(cdk.Stack):
         for handler in (self.relay, self.scheduler):
             database_secret.grant_read(handler.function)
         self.jobs_queue.grant_send_messages(self.relay.function)
+        webhook_state_machine.grant_start_execution(self.relay.function)
 
         self.alarms = AlarmTopic(self, "Alarms", config=config)
         self.alarms.notify(*self._alarms(config))

@@ -13,6 +13,7 @@ from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_rds as rds
 from aws_cdk import aws_s3 as s3
@@ -32,7 +33,8 @@ CONTAINER_NAME = "worker"
 # (validated to end sooner), then hands the rest back; a task killed anyway loses only leases, which the
 # scheduler reaps and retries.
 STOP_TIMEOUT = cdk.Duration.seconds(WORKER_STOP_TIMEOUT_SECONDS)
-ISOLATED = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
+# Behind NAT: the worker is the one piece of Tollgate that calls out of AWS (the LLM provider's API).
+EGRESS = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
 
 
 class WorkerStack(cdk.Stack):
@@ -50,6 +52,7 @@ class WorkerStack(cdk.Stack):
         database_clients: ec2.ISecurityGroup,
         documents_bucket: s3.IBucket,
         jobs_queue: sqs.IQueue,
+        relay_function: lambda_.IFunction,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, env=config.environment, **kwargs)
@@ -108,7 +111,11 @@ class WorkerStack(cdk.Stack):
                 platform=ecr_assets.Platform.LINUX_ARM64,
             ),
             essential=True,
-            environment=self._environment(config, database_proxy, database_secret, jobs_queue),
+            environment={
+                **self._environment(config, database_proxy, database_secret, jobs_queue),
+                # Nudged after each final outcome so the tenant's webhook leaves at once, not at the sweep.
+                "RELAY_FUNCTION_NAME": relay_function.function_name,
+            },
             # Injected by ECS from Secrets Manager at start: never in the task definition or its API output.
             secrets={"OPENAI_API_KEY": ecs.Secret.from_secrets_manager(self.openai_api_key)},
             logging=ecs.LogDrivers.aws_logs(
@@ -130,17 +137,19 @@ class WorkerStack(cdk.Stack):
             "ECS secret and the database password is read from Secrets Manager by the worker itself.",
         )
         self._grant(config, database_secret, documents_bucket, jobs_queue)
+        # The unqualified name is what the nudge invokes: the function and $LATEST, no version wildcard.
+        relay_function.grant_invoke_latest_version(self.task_definition.task_role)
 
         self.service = ecs.FargateService(
             self,
             "Service",
             cluster=self.cluster,
             task_definition=self.task_definition,
-            vpc_subnets=ISOLATED,
-            # The group RDS Proxy and the VPC endpoints admit. These subnets reach AWS services through
-            # those endpoints only: calling the LLM provider's public API needs an egress path (NAT or a
-            # proxy) that DataStack's network does not have yet.
+            vpc_subnets=EGRESS,
+            # The group RDS Proxy and the VPC endpoints admit; its egress is HTTPS (the provider through NAT,
+            # AWS through the endpoints) and PostgreSQL to the proxy, nothing else (DataStack).
             security_groups=[database_clients],
+            # Outbound only, through NAT: a task is never reachable from the internet.
             assign_public_ip=False,
             # The scaling minimum from the first deployment on; CloudFormation only sets it again when the
             # configured minimum changes, so scaling decisions survive ordinary deployments.

@@ -16,7 +16,8 @@ from tollgate.db.migrations import apply_migrations
 from tollgate.settings import REPO_ROOT
 
 MIGRATIONS = REPO_ROOT / "migrations"
-TABLES = "outbox_events, extraction_results, job_attempts, extraction_jobs, documents, api_keys, tenants"
+# Tenants first: CASCADE reaches every table that refers to them; the rest have no tenant key.
+TABLES = "tenants, outbox_events, inbox_quarantine, support_audit"
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ from pydantic import SecretStr
 from rich.console import Console
 
 from tollgate.settings import REPO_ROOT, DatabaseSettings
+from tollgate.support_cli import deliveries_app, dlq_app, jobs_app
 
 app = typer.Typer(
     help="Tollgate: asynchronous, rate-limited LLM jobs for many tenants.", no_args_is_help=True
@@ -23,6 +24,9 @@ db_app = typer.Typer(help="The database schema.", no_args_is_help=True)
 app.add_typer(local_app, name="local")
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(db_app, name="db")
+app.add_typer(jobs_app, name="jobs")
+app.add_typer(dlq_app, name="dlq")
+app.add_typer(deliveries_app, name="deliveries")
 
 console = Console()
 DataDir = Annotated[Path, typer.Option(help="Where the embedded PostgreSQL keeps its data.")]

@@ -15,6 +15,7 @@ from tollgate.settings import (
     MigrateSettings,
     RelaySettings,
     SchedulerSettings,
+    SupportSettings,
     WebhookAttemptSettings,
     WorkerSettings,
 )
@@ -27,6 +28,7 @@ ENTRYPOINTS: dict[str, type[BaseSettings]] = {
     "scheduler": SchedulerSettings,
     "worker": WorkerSettings,
     "webhook_attempt": WebhookAttemptSettings,
+    "support CLI": SupportSettings,
 }
 START, END = "<!-- configuration:start -->", "<!-- configuration:end -->"
 

@@ -208,6 +208,9 @@ class WorkerSettings(SystemDatabaseSettings, RetrySettings, ExtractionSettings, 
     claim_idle_seconds: float = Field(
         default=2.0, gt=0, description="Wait between claims when nothing is runnable (or until nudged)."
     )
+    relay_function_name: str | None = Field(
+        default=None, description="Outbox relay function nudged after each job's final outcome."
+    )
     drain_seconds: float = Field(
         default=100.0,
         ge=0,
@@ -242,4 +245,20 @@ class WebhookAttemptSettings(SystemDatabaseSettings):
     )
     endpoint_disable_after_days: float = Field(
         default=5.0, gt=0, description="An endpoint failing for this long is disabled and its tenant told."
+    )
+
+
+class SupportSettings(SystemDatabaseSettings):
+    """The support CLI (``tollgate jobs|dlq|deliveries``), against AWS or the local system."""
+
+    jobs_queue_url: str = Field(description="URL of the jobs SQS FIFO queue.")
+    jobs_dlq_url: str = Field(description="URL of the jobs queue's dead-letter queue.")
+    webhook_state_machine_arn: str | None = Field(
+        default=None, description="Webhook dispatcher state machine; replays answer 503 without it."
+    )
+    redrive_extra_attempts: int = Field(
+        default=3, ge=1, le=20, description="Attempts a redriven or retried job gets on top of those it used."
+    )
+    redrive_deadline_seconds: int = Field(
+        default=3600, ge=60, description="A redriven job's deadline is at least this far from now."
     )

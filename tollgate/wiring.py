@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from datetime import timedelta
 
 import boto3
@@ -31,9 +32,11 @@ from tollgate.settings import (
     RelaySettings,
     RetrySettings,
     SchedulerSettings,
+    SupportSettings,
     WebhookAttemptSettings,
     WorkerSettings,
 )
+from tollgate.support import SupportDeps
 from tollgate.webhooks.attempts import AttemptDeps
 from tollgate.webhooks.deliveries import (
     DeliveryStarter,
@@ -52,11 +55,7 @@ def build_api(settings: ApiSettings, db: Database | None = None, nudger: Nudger 
     db = db or build_database(settings, pool_name="api")
     store = S3DocumentStore(boto3.client("s3"), settings.documents_bucket)
     if nudger is None:
-        nudger = (
-            LambdaNudger(boto3.client("lambda"), settings.relay_function_name)
-            if settings.relay_function_name
-            else NoNudge()
-        )
+        nudger = _relay_nudger(settings.relay_function_name)
     clock = SystemClock()
     replays = (
         ReplayDeps(
@@ -121,11 +120,16 @@ def build_scheduler(
     )
 
 
+def _relay_nudger(function_name: str | None) -> Nudger:
+    return LambdaNudger(boto3.client("lambda"), function_name) if function_name else NoNudge()
+
+
 def build_execution(
     settings: WorkerSettings,
     db: Database,
     llm: LlmClient | None = None,
     limiter: Limiter | None = None,
+    nudger: Nudger | None = None,
 ) -> ExecutionDeps:
     clock = SystemClock()
     if llm is None:
@@ -148,6 +152,7 @@ def build_execution(
         lease_seconds=settings.lease_seconds,
         heartbeat_seconds=settings.heartbeat_seconds,
         max_output_tokens=settings.max_output_tokens,
+        nudger=nudger or _relay_nudger(settings.relay_function_name),
     )
 
 
@@ -187,4 +192,19 @@ def build_ingress(settings: WorkerSettings, db: Database | None = None) -> Ingre
         clock=SystemClock(),
         wait_seconds=settings.ingress_wait_seconds,
         failure_visibility_seconds=settings.ingress_failure_visibility_seconds,
+    )
+
+
+def build_support(settings: SupportSettings, actor: str) -> SupportDeps:
+    return SupportDeps(
+        db=build_database(settings, pool_name="support"),
+        sqs=boto3.client("sqs"),
+        queue_url=settings.jobs_queue_url,
+        dlq_url=settings.jobs_dlq_url,
+        clock=SystemClock(),
+        new_id=new_id,
+        sleep=time.sleep,
+        actor=actor,
+        extra_attempts=settings.redrive_extra_attempts,
+        deadline_seconds=settings.redrive_deadline_seconds,
     )

@@ -28,7 +28,7 @@ def test_the_demo_runs_twice_in_a_row_and_exits_zero(fresh_database, tmp_path):
             env=env,
             capture_output=True,
             text=True,
-            timeout=180,
+            timeout=300,
             check=False,
         )
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -71,3 +71,46 @@ def render(value: Any) -> str:
         separator, parts = value["Fn::Join"]
         return str(separator).join(render(part) for part in parts)
     raise ValueError(f"cannot render {value!r}")
+
+
+def local_id(value: Any, producer: Template) -> str:
+    """The logical id in ``producer`` that ``value`` names: a ``Ref`` or ``Fn::GetAtt`` within the producer's
+    own template, or a cross-stack reference (``Fn::GetStackOutput``, CDK's weak references) to one of its
+    outputs."""
+    if isinstance(value, dict) and "Fn::GetStackOutput" in value:
+        value = producer["Outputs"][value["Fn::GetStackOutput"]["OutputName"]]["Value"]
+    if isinstance(value, dict) and isinstance(value.get("Ref"), str):
+        return str(value["Ref"])
+    if isinstance(value, dict) and isinstance(value.get("Fn::GetAtt"), list):
+        return str(value["Fn::GetAtt"][0])
+    raise ValueError(f"not a reference to a resource of the producer: {value!r}")
+
+
+def subnet_groups(template: Template) -> dict[str, str]:
+    """Subnet logical id -> the name of its CDK subnet group (``isolated``, ``egress``, ``public``)."""
+    return {
+        logical_id: next(
+            tag["Value"] for tag in subnet["Properties"]["Tags"] if tag["Key"] == "aws-cdk:subnet-name"
+        )
+        for logical_id, subnet in resources(template, "AWS::EC2::Subnet").items()
+    }
+
+
+def route_table_of(template: Template, subnet_id: str) -> str:
+    """The logical id of the route table associated with a subnet."""
+    (route_table,) = [
+        str(association["Properties"]["RouteTableId"]["Ref"])
+        for association in resources(template, "AWS::EC2::SubnetRouteTableAssociation").values()
+        if association["Properties"]["SubnetId"] == {"Ref": subnet_id}
+    ]
+    return route_table
+
+
+def routes_of_subnet(template: Template, subnet_id: str) -> list[dict[str, Any]]:
+    """The properties of every route in the route table associated with a subnet."""
+    route_table = route_table_of(template, subnet_id)
+    return [
+        route["Properties"]
+        for route in resources(template, "AWS::EC2::Route").values()
+        if route["Properties"]["RouteTableId"] == {"Ref": route_table}
+    ]

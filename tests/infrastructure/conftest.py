@@ -21,6 +21,7 @@ from app import build_app
 from stacks.api_stack import ApiStack
 from stacks.config import StageConfig
 from stacks.data_stack import DataStack
+from stacks.delivery_stack import DeliveryStack
 from stacks.pipeline_stack import PipelineStack
 from stacks.worker_stack import WorkerStack
 from tests.infrastructure.synth import Synthesized
@@ -48,6 +49,7 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
         config=StageConfig.from_node(app.node),
         outdir=outdir,
         data_stack=stacks[DataStack],
+        delivery_stack=stacks[DeliveryStack],
         api_stack=stacks[ApiStack],
         pipeline_stack=stacks[PipelineStack],
         worker_stack=stacks[WorkerStack],
@@ -64,6 +66,12 @@ def config(synthesized: Synthesized) -> StageConfig:
 @pytest.fixture(scope="session")
 def data_template(synthesized: Synthesized) -> dict[str, Any]:
     template: dict[str, Any] = Template.from_stack(synthesized.data_stack).to_json()
+    return template
+
+
+@pytest.fixture(scope="session")
+def delivery_template(synthesized: Synthesized) -> dict[str, Any]:
+    template: dict[str, Any] = Template.from_stack(synthesized.delivery_stack).to_json()
     return template
 
 

@@ -11,6 +11,7 @@ import aws_cdk as cdk
 from stacks.api_stack import ApiStack
 from stacks.config import StageConfig
 from stacks.data_stack import DataStack
+from stacks.delivery_stack import DeliveryStack
 from stacks.pipeline_stack import PipelineStack
 from stacks.worker_stack import WorkerStack
 
@@ -21,6 +22,7 @@ class Synthesized:
     config: StageConfig
     outdir: Path
     data_stack: DataStack
+    delivery_stack: DeliveryStack
     api_stack: ApiStack
     pipeline_stack: PipelineStack
     worker_stack: WorkerStack

@@ -12,7 +12,7 @@ import pytest
 from stacks.config import REPO_ROOT
 from stacks.constructs.lambda_packaging import LAMBDA_ARCHITECTURE, LAMBDA_RUNTIME, RUNTIME_FOLDERS
 from stacks.constructs.nag import NAG_PACK
-from tests.infrastructure.cfn import resources
+from tests.infrastructure.cfn import local_id, resources, subnet_groups
 from tests.infrastructure.synth import Synthesized
 
 pytestmark = pytest.mark.infrastructure
@@ -74,18 +74,54 @@ def test_stacks_are_named_after_the_stage(synthesized: Synthesized) -> None:
     assert synthesized.api_stack.stack_name == "Tollgate-dev-Api"
     assert synthesized.pipeline_stack.stack_name == "Tollgate-dev-Pipeline"
     assert synthesized.worker_stack.stack_name == "Tollgate-dev-Worker"
+    assert synthesized.delivery_stack.stack_name == "Tollgate-dev-Delivery"
 
 
 def test_stack_dependencies_point_one_way(synthesized: Synthesized) -> None:
-    """Data <- Pipeline <- Api and Worker: CloudFormation deploys them in that order, and no cycle can form."""
+    """Data <- Delivery <- Pipeline <- Api and Worker: CloudFormation deploys them in that order, and no cycle
+    can form."""
 
     def depends_on(stack: Any) -> set[str]:
         return {dependency.stack_name for dependency in stack.dependencies}
 
     assert depends_on(synthesized.data_stack) == set()
-    assert depends_on(synthesized.pipeline_stack) == {"Tollgate-dev-Data"}
-    assert depends_on(synthesized.api_stack) == {"Tollgate-dev-Data", "Tollgate-dev-Pipeline"}
+    assert depends_on(synthesized.delivery_stack) == {"Tollgate-dev-Data"}
+    assert depends_on(synthesized.pipeline_stack) == {"Tollgate-dev-Data", "Tollgate-dev-Delivery"}
+    assert depends_on(synthesized.api_stack) == {
+        "Tollgate-dev-Data",
+        "Tollgate-dev-Delivery",
+        "Tollgate-dev-Pipeline",
+    }
     assert depends_on(synthesized.worker_stack) == {"Tollgate-dev-Data", "Tollgate-dev-Pipeline"}
+
+
+def test_every_lambda_but_the_webhook_attempt_stays_in_the_isolated_subnets(
+    data_template: dict[str, Any],
+    api_template: dict[str, Any],
+    pipeline_template: dict[str, Any],
+    delivery_template: dict[str, Any],
+) -> None:
+    """Only the worker (the LLM provider) and the webhook attempt (tenants' receivers) have a route out of the
+    VPC; every other Tollgate Lambda reaches AWS through endpoints."""
+    groups = subnet_groups(data_template)
+    placed = {
+        function["Properties"]["Handler"].split(".")[1]: {
+            groups[local_id(subnet, data_template)]
+            for subnet in function["Properties"]["VpcConfig"]["SubnetIds"]
+        }
+        for template in (data_template, api_template, pipeline_template, delivery_template)
+        for function in resources(template, "AWS::Lambda::Function").values()
+        if function["Properties"]["Handler"].startswith("functions.")
+    }
+
+    assert placed == {
+        "api": {"isolated"},
+        "authorizer": {"isolated"},
+        "migrate": {"isolated"},
+        "outbox_relay": {"isolated"},
+        "scheduler": {"isolated"},
+        "webhook_attempt": {"egress"},
+    }
 
 
 def test_resources_carry_project_and_stage_tags(api_template: dict[str, Any]) -> None:
@@ -127,12 +163,14 @@ def test_every_stack_with_functions_uses_the_same_code_asset(
     api_template: dict[str, Any],
     data_template: dict[str, Any],
     pipeline_template: dict[str, Any],
+    delivery_template: dict[str, Any],
 ) -> None:
     asset = _code_asset(synthesized, api_template)
 
     assert _code_asset(synthesized, data_template) == asset
     assert _code_asset(synthesized, pipeline_template) == asset
-    for entrypoint in ("outbox_relay", "scheduler"):
+    assert _code_asset(synthesized, delivery_template) == asset
+    for entrypoint in ("outbox_relay", "scheduler", "webhook_attempt"):
         assert (asset / "functions" / entrypoint / "handler.py").is_file()
 
 
@@ -145,13 +183,16 @@ def _layer_build_script() -> ModuleType:
 
 
 def test_layer_is_built_for_the_functions_runtime_and_architecture(
-    api_template: dict[str, Any], data_template: dict[str, Any], pipeline_template: dict[str, Any]
+    api_template: dict[str, Any],
+    data_template: dict[str, Any],
+    pipeline_template: dict[str, Any],
+    delivery_template: dict[str, Any],
 ) -> None:
     build = _layer_build_script()
 
     assert LAMBDA_RUNTIME.name == f"python{build.PYTHON_VERSION}"
     assert build.PIP_PLATFORM.endswith("_aarch64") and LAMBDA_ARCHITECTURE.name == "arm64"
-    for template in (api_template, data_template, pipeline_template):
+    for template in (api_template, data_template, pipeline_template, delivery_template):
         for layer in resources(template, "AWS::Lambda::LayerVersion").values():
             assert layer["Properties"]["CompatibleRuntimes"] == [LAMBDA_RUNTIME.name]
             assert layer["Properties"]["CompatibleArchitectures"] == [LAMBDA_ARCHITECTURE.name]

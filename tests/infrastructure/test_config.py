@@ -16,6 +16,7 @@ from tollgate.settings import (
     RelaySettings,
     RetrySettings,
     SchedulerSettings,
+    WebhookAttemptSettings,
     WorkerSettings,
 )
 
@@ -33,6 +34,22 @@ def test_prod_keeps_its_data() -> None:
     prod = StageConfig.from_context({**cdk_json_context(), "stage": "prod"})
 
     assert prod.retains_data
+
+
+def test_prod_gives_every_az_its_own_nat_gateway() -> None:
+    prod = StageConfig.from_context({**cdk_json_context(), "stage": "prod"})
+
+    assert prod.nat_gateways == prod.max_azs
+
+
+@pytest.mark.parametrize("stage", ["dev", "staging"])
+def test_other_stages_share_one_nat_gateway(stage: str) -> None:
+    assert StageConfig.from_context({**cdk_json_context(), "stage": stage}).nat_gateways == 1
+
+
+def test_more_nat_gateways_than_azs_are_rejected() -> None:
+    with pytest.raises(ValidationError, match="nat_gateways exceeds max_azs"):
+        StageConfig(stage="dev", max_azs=2, nat_gateways=3)
 
 
 def test_an_unknown_stage_names_the_known_ones() -> None:
@@ -89,6 +106,7 @@ SECTION_MODELS = {
     "retry": RetrySettings,
     "scheduler": SchedulerSettings,
     "worker": WorkerSettings,
+    "webhooks": WebhookAttemptSettings,
 }
 
 
@@ -149,3 +167,27 @@ def test_draining_must_end_before_ecs_kills_the_task() -> None:
 def test_the_relay_claim_cannot_exceed_a_lambda_run() -> None:
     with pytest.raises(ValidationError, match="900-second"):
         StageConfig.from_context({"stage": "dev", "stages": {"dev": {"relay": {"relay_claim_seconds": 901}}}})
+
+
+def test_the_webhook_attempt_outlasts_its_own_send_by_the_database_work() -> None:
+    default = StageConfig(stage="dev")
+    slower = StageConfig.from_context(
+        {"stage": "dev", "stages": {"dev": {"webhooks": {"webhook_total_timeout_seconds": 20.5}}}}
+    )
+
+    assert default.webhook_attempt_timeout_seconds == 30
+    assert slower.webhook_attempt_timeout_seconds == 36
+
+
+def test_a_webhook_connect_cap_beyond_the_total_cap_is_rejected() -> None:
+    with pytest.raises(ValidationError, match="webhook_connect_timeout_seconds exceeds"):
+        StageConfig.from_context(
+            {"stage": "dev", "stages": {"dev": {"webhooks": {"webhook_connect_timeout_seconds": 20}}}}
+        )
+
+
+def test_local_only_webhook_settings_cannot_be_set_for_a_stage() -> None:
+    """The sender's private-target switch and the time scale exist for the local stack alone."""
+    for field in ("webhooks_allow_private_targets", "delivery_time_scale"):
+        with pytest.raises(ValidationError, match=field):
+            StageConfig.from_context({"stage": "dev", "stages": {"dev": {"webhooks": {field: True}}}})

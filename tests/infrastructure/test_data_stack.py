@@ -1,7 +1,9 @@
-"""DataStack's template: private network, encrypted Aurora behind a TLS-only proxy, a locked-down bucket."""
+"""DataStack's template: a network whose only way out is the worker's NAT, encrypted Aurora behind a TLS-only
+proxy, a locked-down bucket."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from typing import Any
 
@@ -9,7 +11,16 @@ import pytest
 
 from stacks.config import StageConfig
 from stacks.constructs.database_migrations import RESOURCE_TYPE, migrations_digest
-from tests.infrastructure.cfn import as_list, function_by_handler, only, references, resources
+from tests.infrastructure.cfn import (
+    as_list,
+    function_by_handler,
+    only,
+    references,
+    resources,
+    route_table_of,
+    routes_of_subnet,
+    subnet_groups,
+)
 
 pytestmark = pytest.mark.infrastructure
 
@@ -35,11 +46,149 @@ def _bucket_policy(template: Template, bucket_id: str) -> list[dict[str, Any]]:
     return statements
 
 
-def test_network_has_no_route_to_the_internet(data_template: Template) -> None:
-    assert resources(data_template, "AWS::EC2::InternetGateway") == {}
-    assert resources(data_template, "AWS::EC2::NatGateway") == {}
+def _group(template: Template, name: str) -> list[str]:
+    return sorted(subnet for subnet, group in subnet_groups(template).items() if group == name)
+
+
+def test_each_az_has_an_isolated_an_egress_and_a_public_subnet(
+    data_template: Template, config: StageConfig
+) -> None:
+    groups = subnet_groups(data_template)
+
+    assert sorted(groups.values()) == sorted(["isolated", "egress", "public"] * config.max_azs)
+
+
+def test_isolated_subnets_keep_the_ranges_and_ids_they_were_deployed_with(
+    data_template: Template, config: StageConfig
+) -> None:
+    """Moving a deployed subnet replaces it and everything in it: the database, the proxy, the Lambdas."""
+    subnets = resources(data_template, "AWS::EC2::Subnet")
+    first_blocks = list(ipaddress.IPv4Network(config.vpc_cidr).subnets(new_prefix=22))[: config.max_azs]
+
+    isolated = _group(data_template, "isolated")
+
+    assert [subnets[subnet]["Properties"]["CidrBlock"] for subnet in isolated] == [
+        str(block) for block in first_blocks
+    ]
+    assert all(subnet.startswith(f"VpcisolatedSubnet{n + 1}Subnet") for n, subnet in enumerate(isolated))
+
+
+def test_subnet_ranges_do_not_overlap(data_template: Template, config: StageConfig) -> None:
+    vpc = ipaddress.IPv4Network(config.vpc_cidr)
+    blocks = [
+        ipaddress.IPv4Network(subnet["Properties"]["CidrBlock"])
+        for subnet in resources(data_template, "AWS::EC2::Subnet").values()
+    ]
+
+    assert all(block.subnet_of(vpc) for block in blocks)
+    assert not [(a, b) for i, a in enumerate(blocks) for b in blocks[i + 1 :] if a.overlaps(b)]
+
+
+def test_isolated_subnets_have_no_route_out(data_template: Template) -> None:
+    for subnet in _group(data_template, "isolated"):
+        assert routes_of_subnet(data_template, subnet) == []
+
+
+def test_egress_subnets_route_out_through_nat_gateways_in_public_subnets(
+    data_template: Template, config: StageConfig
+) -> None:
+    nat_gateways = resources(data_template, "AWS::EC2::NatGateway")
+    public = _group(data_template, "public")
+
+    assert len(nat_gateways) == config.nat_gateways
+    assert all(nat["Properties"]["SubnetId"]["Ref"] in public for nat in nat_gateways.values())
+    used = set()
+    for subnet in _group(data_template, "egress"):
+        (route,) = routes_of_subnet(data_template, subnet)
+        assert route["DestinationCidrBlock"] == "0.0.0.0/0"
+        assert route["NatGatewayId"]["Ref"] in nat_gateways
+        used.add(route["NatGatewayId"]["Ref"])
+    # Every NAT gateway carries traffic: with one per AZ, each AZ leaves through its own.
+    assert used == set(nat_gateways)
+
+
+def test_only_public_subnets_route_to_the_internet_gateway(data_template: Template) -> None:
+    (gateway,) = resources(data_template, "AWS::EC2::InternetGateway")
+
+    for subnet, group in subnet_groups(data_template).items():
+        gateways = [route.get("GatewayId") for route in routes_of_subnet(data_template, subnet)]
+        assert (gateways == [{"Ref": gateway}]) is (group == "public"), subnet
+
+
+def test_no_subnet_hands_out_public_addresses(data_template: Template) -> None:
     for subnet in resources(data_template, "AWS::EC2::Subnet").values():
         assert subnet["Properties"].get("MapPublicIpOnLaunch", False) is False
+
+
+def test_s3_gateway_serves_the_isolated_and_egress_subnets(data_template: Template) -> None:
+    """The worker's document reads and image layers must not go through (and pay for) NAT."""
+    (endpoint,) = [
+        endpoint["Properties"]
+        for endpoint in resources(data_template, "AWS::EC2::VPCEndpoint").values()
+        if endpoint["Properties"].get("VpcEndpointType") == "Gateway"
+    ]
+    private = _group(data_template, "isolated") + _group(data_template, "egress")
+
+    assert {table["Ref"] for table in endpoint["RouteTableIds"]} == {
+        route_table_of(data_template, subnet) for subnet in private
+    }
+
+
+def test_database_proxy_endpoints_and_migrations_stay_in_the_isolated_subnets(
+    data_template: Template,
+) -> None:
+    isolated = [{"Ref": subnet} for subnet in _group(data_template, "isolated")]
+    _, subnet_group = only(data_template, "AWS::RDS::DBSubnetGroup")
+    _, proxy = only(data_template, "AWS::RDS::DBProxy")
+    _, migrate = function_by_handler(data_template, "functions.migrate.handler.lambda_handler")
+    (rotation,) = resources(data_template, "AWS::Serverless::Application").values()
+
+    assert subnet_group["Properties"]["SubnetIds"] == isolated
+    assert proxy["Properties"]["VpcSubnetIds"] == isolated
+    assert migrate["Properties"]["VpcConfig"]["SubnetIds"] == isolated
+    assert rotation["Properties"]["Parameters"]["vpcSubnetIds"] == {
+        "Fn::Join": ["", [isolated[0], *[part for subnet in isolated[1:] for part in (",", subnet)]]]
+    }
+    for endpoint in resources(data_template, "AWS::EC2::VPCEndpoint").values():
+        if endpoint["Properties"].get("VpcEndpointType") == "Interface":
+            assert endpoint["Properties"]["SubnetIds"] == isolated
+
+
+def test_database_clients_send_only_https_and_postgresql_to_the_proxy(data_template: Template) -> None:
+    """The worker's group: HTTPS anywhere (the LLM provider through NAT, AWS through the endpoints) and
+    PostgreSQL to RDS Proxy. No other port leaves, so a compromised task cannot reach arbitrary services."""
+    (group_id,) = [
+        gid
+        for gid in resources(data_template, "AWS::EC2::SecurityGroup")
+        if gid.startswith("DatabaseClients")
+    ]
+    group = resources(data_template, "AWS::EC2::SecurityGroup")[group_id]
+    _, proxy = only(data_template, "AWS::RDS::DBProxy")
+    (proxy_group,) = [g["Fn::GetAtt"][0] for g in proxy["Properties"]["VpcSecurityGroupIds"]]
+    endpoint_groups = {
+        g["Fn::GetAtt"][0]
+        for endpoint in resources(data_template, "AWS::EC2::VPCEndpoint").values()
+        for g in endpoint["Properties"].get("SecurityGroupIds", [])
+    }
+
+    (anywhere,) = group["Properties"]["SecurityGroupEgress"]
+    to_groups = {
+        (rule["Properties"]["DestinationSecurityGroupId"]["Fn::GetAtt"][0], rule["Properties"]["FromPort"])
+        for rule in resources(data_template, "AWS::EC2::SecurityGroupEgress").values()
+        if references(rule["Properties"]["GroupId"], group_id)
+    }
+
+    assert anywhere == {
+        "CidrIp": "0.0.0.0/0",
+        "Description": anywhere["Description"],
+        "FromPort": 443,
+        "IpProtocol": "tcp",
+        "ToPort": 443,
+    }
+    assert (proxy_group, 5432) in to_groups
+    assert {(target, port) for target, port in to_groups if target != proxy_group} <= {
+        (target, 443) for target in endpoint_groups
+    }
 
 
 def test_vpc_endpoints_cover_s3_secrets_manager_logs_and_xray(data_template: Template) -> None:
@@ -57,7 +206,7 @@ def test_vpc_endpoints_cover_s3_secrets_manager_logs_and_xray(data_template: Tem
 
 @pytest.mark.parametrize("service", ["ecr.api", "ecr.dkr", "sqs", "lambda"])
 def test_application_endpoints_admit_the_database_clients(data_template: Template, service: str) -> None:
-    """What the worker (image pull, queue), the relay (queue) and the API (relay nudge) call, with no NAT."""
+    """What the worker (image pull, queue), the relay (queue) and the API (relay nudge) call, never via NAT."""
     (endpoint,) = [
         endpoint["Properties"]
         for endpoint in resources(data_template, "AWS::EC2::VPCEndpoint").values()

@@ -17,6 +17,7 @@ from tollgate.settings import (
     MigrateSettings,
     RelaySettings,
     SchedulerSettings,
+    WebhookAttemptSettings,
     WorkerSettings,
 )
 
@@ -33,15 +34,21 @@ pytestmark = pytest.mark.infrastructure
 # - CRASHPOINTS injects faults for tests and chaos runs; a deployed worker never dies on purpose.
 # - LIMITER_TABLE: the shared DynamoDB budget is not built yet, so each worker task keeps its own; the
 #   WorkerStack sets it together with the table once the DynamoDB limiter exists.
-# - WEBHOOK_STATE_MACHINE_ARN: the webhook dispatcher's stack is not built yet; until it is, the relay
-#   records deliveries without starting them and replays answer 503 in AWS.
-# - WEBHOOKS_ALLOW_INSECURE is for local development only; deployed endpoints must be HTTPS and public.
+# - WEBHOOKS_ALLOW_INSECURE and WEBHOOKS_ALLOW_PRIVATE_TARGETS: local development only; deployed endpoints
+#   must be HTTPS and public, and the sender refuses private addresses.
+# - DELIVERY_TIME_SCALE compresses the webhook retry waits for the local stack; deployed, the schedule is real.
 LEFT_TO_DEFAULT = {
-    "api": {"DATABASE_URL", "DATABASE_ROLE", "WEBHOOK_STATE_MACHINE_ARN", "WEBHOOKS_ALLOW_INSECURE"},
+    "api": {"DATABASE_URL", "DATABASE_ROLE", "WEBHOOKS_ALLOW_INSECURE"},
     "authorizer": {"DATABASE_URL", "DATABASE_ROLE"},
     "migrate": {"DATABASE_URL", "DATABASE_ROLE", "MIGRATIONS_DIR"},
-    "outbox_relay": {"DATABASE_URL", "DATABASE_ROLE", "WEBHOOK_STATE_MACHINE_ARN"},
+    "outbox_relay": {"DATABASE_URL", "DATABASE_ROLE"},
     "scheduler": {"DATABASE_URL", "DATABASE_ROLE"},
+    "webhook_attempt": {
+        "DATABASE_URL",
+        "DATABASE_ROLE",
+        "WEBHOOKS_ALLOW_PRIVATE_TARGETS",
+        "DELIVERY_TIME_SCALE",
+    },
     "worker": {
         "DATABASE_URL",
         "DATABASE_ROLE",
@@ -59,6 +66,7 @@ ENTRYPOINTS: list[tuple[str, type[BaseSettings], str]] = [
     ("migrate", MigrateSettings, "data_template"),
     ("outbox_relay", RelaySettings, "pipeline_template"),
     ("scheduler", SchedulerSettings, "pipeline_template"),
+    ("webhook_attempt", WebhookAttemptSettings, "delivery_template"),
     ("worker", WorkerSettings, "worker_template"),
 ]
 
@@ -138,13 +146,17 @@ def test_worker_secrets_are_ecs_secrets_and_nothing_else_is(worker_template: dic
 
 
 def test_database_host_is_the_proxy_for_application_code(
-    api_template: dict[str, Any], pipeline_template: dict[str, Any], worker_template: dict[str, Any]
+    api_template: dict[str, Any],
+    pipeline_template: dict[str, Any],
+    delivery_template: dict[str, Any],
+    worker_template: dict[str, Any],
 ) -> None:
     for template, entrypoint in (
         (api_template, "api"),
         (api_template, "authorizer"),
         (pipeline_template, "outbox_relay"),
         (pipeline_template, "scheduler"),
+        (delivery_template, "webhook_attempt"),
         (worker_template, "worker"),
     ):
         host = _environment(template, entrypoint)["DATABASE_HOST"]
@@ -156,6 +168,24 @@ def test_api_nudges_the_pipelines_relay(api_template: dict[str, Any]) -> None:
 
     assert relay["Fn::GetStackOutput"]["StackName"] == "Tollgate-dev-Pipeline"
     assert "OutboxRelayFunction" in relay["Fn::GetStackOutput"]["OutputName"]
+
+
+@pytest.mark.parametrize(
+    ("entrypoint", "template_name"), [("api", "api_template"), ("outbox_relay", "pipeline_template")]
+)
+def test_relay_and_api_start_deliveries_on_the_delivery_stacks_dispatcher(
+    entrypoint: str, template_name: str, request: pytest.FixtureRequest, delivery_template: dict[str, Any]
+) -> None:
+    arn = _environment(request.getfixturevalue(template_name), entrypoint)["WEBHOOK_STATE_MACHINE_ARN"]
+    output = arn["Fn::GetStackOutput"]
+    (dispatcher_id,) = [
+        logical_id
+        for logical_id, resource in delivery_template["Resources"].items()
+        if resource["Type"] == "AWS::StepFunctions::StateMachine"
+    ]
+
+    assert output["StackName"] == "Tollgate-dev-Delivery"
+    assert delivery_template["Outputs"][output["OutputName"]]["Value"] == {"Ref": dispatcher_id}
 
 
 def test_scheduler_and_worker_share_one_retry_policy(

@@ -1,6 +1,6 @@
-"""WorkerStack's template and image: an ARM64 Fargate service in the isolated subnets, a non-root image built
-from an allow-listed context, the OpenAI key injected as a secret, a graceful stop, least-privilege roles,
-and scaling on the scheduler's backlog metrics."""
+"""WorkerStack's template and image: an ARM64 Fargate service in the egress subnets (out through NAT, with no
+public IP), a non-root image built from an allow-listed context, the OpenAI key injected as a secret, a
+graceful stop, least-privilege roles, and scaling on the scheduler's backlog metrics."""
 
 from __future__ import annotations
 
@@ -14,7 +14,16 @@ import pytest
 
 from stacks.config import REPO_ROOT, StageConfig
 from stacks.worker_stack import DOCKERFILE
-from tests.infrastructure.cfn import as_list, only, policy_statements, references, resources
+from tests.infrastructure.cfn import (
+    as_list,
+    local_id,
+    only,
+    policy_statements,
+    references,
+    resources,
+    routes_of_subnet,
+    subnet_groups,
+)
 from tests.infrastructure.synth import Synthesized
 
 pytestmark = pytest.mark.infrastructure
@@ -174,7 +183,40 @@ def test_logs_go_to_a_log_group_with_retention(worker_template: Template) -> Non
     assert group["Properties"]["RetentionInDays"] == 14
 
 
-def test_service_runs_in_the_isolated_subnets_without_a_public_ip(
+def _service_network(worker_template: Template) -> dict[str, Any]:
+    _, service = only(worker_template, "AWS::ECS::Service")
+    network: dict[str, Any] = service["Properties"]["NetworkConfiguration"]["AwsvpcConfiguration"]
+    return network
+
+
+def test_service_runs_in_the_egress_subnets_of_every_az(
+    worker_template: Template, data_template: Template, config: StageConfig
+) -> None:
+    groups = subnet_groups(data_template)
+
+    subnets = [local_id(subnet, data_template) for subnet in _service_network(worker_template)["Subnets"]]
+
+    assert sorted(subnets) == sorted(subnet for subnet, group in groups.items() if group == "egress")
+    assert len(subnets) == config.max_azs
+
+
+def test_service_reaches_the_internet_only_through_nat(
+    worker_template: Template, data_template: Template
+) -> None:
+    """The LLM provider is a public API: the tasks' subnets route out through a NAT gateway, and the tasks
+    themselves get no public address, so nothing on the internet can connect to them."""
+    nat_gateways = resources(data_template, "AWS::EC2::NatGateway")
+    network = _service_network(worker_template)
+
+    assert network["AssignPublicIp"] == "DISABLED"
+    for subnet in network["Subnets"]:
+        (route,) = routes_of_subnet(data_template, local_id(subnet, data_template))
+        assert route["DestinationCidrBlock"] == "0.0.0.0/0"
+        assert route["NatGatewayId"]["Ref"] in nat_gateways
+        assert "GatewayId" not in route
+
+
+def test_service_joins_the_database_clients_and_deploys_without_a_gap(
     worker_template: Template, config: StageConfig
 ) -> None:
     _, service = only(worker_template, "AWS::ECS::Service")
@@ -182,9 +224,6 @@ def test_service_runs_in_the_isolated_subnets_without_a_public_ip(
     deployment = service["Properties"]["DeploymentConfiguration"]
 
     assert service["Properties"]["LaunchType"] == "FARGATE"
-    assert network["AssignPublicIp"] == "DISABLED"
-    assert all("isolatedSubnet" in json.dumps(subnet) for subnet in network["Subnets"])
-    assert len(network["Subnets"]) >= 2
     # The group that RDS Proxy and the VPC endpoints admit.
     (group,) = network["SecurityGroups"]
     assert "DatabaseClients" in json.dumps(group)

@@ -223,3 +223,22 @@ def test_openapi_is_served_without_a_key_and_equals_the_committed_document(tenan
     assert response.status == 200
     committed = (REPO_ROOT / "openapi.json").read_bytes()
     assert response.body == committed, "run `make openapi` and commit openapi.json"
+
+
+def test_concurrent_requests_of_different_tenants_are_never_mixed_up(make_tenant, clean_db):
+    tenants = [make_tenant(f"t{i}") for i in range(4)]
+    work = [(tenant, f"key-{n}") for tenant in tenants for n in range(10)]
+
+    def submit(item):
+        tenant, key = item
+        return tenant, tenant.client.submit(invoice_request(text=f"{tenant.tenant_id} {key}"), key)
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(pool.map(submit, work))
+
+    assert {response.status for _, response in results} == {202}
+    assert all(response.header("Idempotent-Replayed") is None for _, response in results)
+    with psycopg.connect(clean_db) as conn:
+        owners = dict(conn.execute("SELECT job_id::text, tenant_id FROM extraction_jobs").fetchall())
+    assert len(owners) == 40
+    assert all(owners[response.json["job_id"]] == tenant.tenant_id for tenant, response in results)

@@ -7,6 +7,7 @@ application/problem+json; validation failures of any kind are 4xx, never 500.
 from __future__ import annotations
 
 import json
+import queue
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, cast
@@ -296,6 +297,27 @@ def handle(app: APIGatewayRestResolver, deps: ApiDeps, event: dict[str, Any], co
         return _raw(refusal)
     result: dict[str, Any] = app.resolve(event, context)
     return result
+
+
+class AppPool:
+    """Several resolvers for a server that handles requests on many threads (the local gateway).
+
+    A Powertools resolver keeps the request being handled on the resolver itself, so one resolver must
+    never serve two requests at once; in Lambda a process handles one request at a time and needs no pool.
+    """
+
+    def __init__(self, deps: ApiDeps, size: int) -> None:
+        self._deps = deps
+        self._idle: queue.SimpleQueue[APIGatewayRestResolver] = queue.SimpleQueue()
+        for _ in range(size):
+            self._idle.put(create_app(deps))
+
+    def handle(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        app = self._idle.get()
+        try:
+            return handle(app, self._deps, event, context)
+        finally:
+            self._idle.put(app)
 
 
 def _raw(response: Response[str]) -> dict[str, Any]:

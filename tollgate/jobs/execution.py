@@ -39,6 +39,7 @@ from tollgate.jobs.retry import Jitter, RetryPolicy, next_attempt_at
 from tollgate.jobs.states import JobState
 from tollgate.limiter.base import Denied, Limiter, LimiterUnavailable, Outcome, Permit, Reservation
 from tollgate.llm.client import LlmClient, LlmResult, OutcomeClass
+from tollgate.nudge import NoNudge, Nudger
 
 logger = Logger(service="tollgate-worker", child=True)
 
@@ -79,6 +80,8 @@ class ExecutionDeps:
     heartbeat_seconds: float
     max_output_tokens: int
     sleep: Sleep = asyncio.sleep
+    # Wakes the outbox relay after a terminal outcome, so the tenant's webhook goes out at once.
+    nudger: Nudger = field(default_factory=NoNudge)
 
 
 class AttemptEnd(StrEnum):
@@ -314,6 +317,8 @@ def _finish(deps: ExecutionDeps, job: ClaimedJob, pages: tuple[str, ...], result
         logger.warning("stale attempt: the job moved on; its answer is discarded", extra=_keys(job))
         _record_discarded(deps, job, result)
         return AttemptReport(AttemptEnd.LOST, result.outcome, result.model)
+    if state in EVENT_FOR_STATE:
+        deps.nudger.nudge()
     logger.info(
         "attempt finished", extra={**_keys(job), "state": state.value, "outcome": result.outcome.value}
     )

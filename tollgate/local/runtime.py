@@ -3,6 +3,7 @@ authorizer, the relay, the scheduler and two workers, each piece built by the sa
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import threading
@@ -14,7 +15,7 @@ from uuid import UUID
 
 from pydantic import SecretStr
 
-from tollgate.api.app import create_app, handle
+from tollgate.api.app import AppPool
 from tollgate.authorizer import authorize_request
 from tollgate.db import Database, build_database
 from tollgate.db.migrations import apply_migrations
@@ -52,6 +53,9 @@ from tollgate.wiring import (
 )
 
 DEFAULT_DATA_DIR = Path(".tollgate")
+DISCOVERY_FILE = "local.json"
+# Requests the local gateway handles at once (Lambda would run that many instances of the API function).
+API_CONCURRENCY = 8
 LOCAL_BUCKET = "tollgate-documents-local"
 # 5 s -> 0.05 s, 2 h -> 72 s: retries of a receiver that is down play out while one watches.
 DELIVERY_TIME_SCALE = 0.01
@@ -79,6 +83,7 @@ class LocalStack:
     dispatcher_arn: str | None = None
     loops: dict[str, Loop] = field(default_factory=dict)
     workers: int = 2
+    worker_overrides: dict[str, Any] = field(default_factory=dict)
     simulator_config: SimulatorConfig = field(default_factory=lambda: LOCAL_SIMULATOR)
     simulator: SimulatedProvider | None = None
     activity: threading.Condition = field(default_factory=threading.Condition)
@@ -124,7 +129,6 @@ class LocalStack:
         relay_wake = EventNudger()
         deps = build_api(api_settings, nudger=relay_wake)
         self._closers.append(deps.acceptance.db.close)
-        app = create_app(deps)
         authorizer_settings = AuthorizerSettings(database_url=url)
         authorizer_db = build_database(authorizer_settings, pool_name="authorizer")
         self._closers.append(authorizer_db.close)
@@ -135,7 +139,7 @@ class LocalStack:
         self._closers.append(self.system_db.close)
 
         self.gateway = LocalGateway(
-            api=lambda event, context: handle(app, deps, event, context),
+            api=AppPool(deps, size=API_CONCURRENCY).handle,
             authorizer=lambda token, arn: authorize_request(resolver, token, arn),
             port=self.port,
         )
@@ -143,7 +147,26 @@ class LocalStack:
         self._closers.append(self.gateway.stop)
         if self.pipeline:
             self._start_pipeline(url, relay_wake)
+            self._write_discovery()
         return self
+
+    def _write_discovery(self) -> None:
+        """Tells other commands on this machine (the support CLI) where this system's parts listen."""
+        assert self.aws is not None
+        assert self.queues is not None
+        path = self.data_dir.resolve() / DISCOVERY_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        facts = {
+            "api_url": self.api_url,
+            "aws_endpoint_url": self.aws.endpoint_url,
+            "jobs_queue_url": self.queues.url,
+            "jobs_dlq_url": self.queues.dlq_url,
+            "webhook_state_machine_arn": self.dispatcher_arn,
+            "database_url": self.database_url,
+        }
+        path.write_text(json.dumps(facts, indent=2), encoding="utf-8")
+        path.chmod(0o600)
+        self._closers.append(lambda: path.unlink(missing_ok=True))
 
     def _start_pipeline(self, url: SecretStr, relay_wake: EventNudger) -> None:
         """The relay (nudged by the API, swept on an interval), the scheduler, and the workers."""
@@ -166,7 +189,7 @@ class LocalStack:
             loop.start()
             self._closers.append(loop.stop)
             self.loops[loop.name] = loop
-        self._start_workers(url, queue_url)
+        self._start_workers(url, queue_url, relay_wake)
 
     def _start_dispatcher(self, url: SecretStr) -> str:
         """The webhook dispatcher in moto's state machine executor; its waits are compressed so that a
@@ -184,7 +207,7 @@ class LocalStack:
 
         return create_dispatcher(attempt, suffix=f"-{secrets.token_hex(3)}")
 
-    def _start_workers(self, url: SecretStr, queue_url: str) -> None:
+    def _start_workers(self, url: SecretStr, queue_url: str, relay_wake: EventNudger) -> None:
         overrides: dict[str, Any] = {}
         if not (os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL")):
             self.simulator = SimulatedProvider(self.simulator_config)
@@ -202,12 +225,13 @@ class LocalStack:
                 claim_idle_seconds=1.0,
                 drain_seconds=10.0,
                 **overrides,
+                **self.worker_overrides,
             )
             db = build_database(settings, pool_name=f"worker-{number}")
             worker = WorkerThread(
                 f"worker-{number}",
                 build_ingress(settings, db),
-                build_execution(settings, db),
+                build_execution(settings, db, nudger=relay_wake),
                 worker_config(settings),
                 self.notify_activity,
             )

@@ -1,0 +1,236 @@
+"""DeliveryStack: webhook delivery, from a started execution to a signed POST at the tenant's endpoint.
+
+It owns the dispatcher (Step Functions Standard, one execution per delivery, defined by the same
+``tollgate/webhooks/dispatcher.asl.json`` the local stack runs), the attempt Lambda each step invokes, the
+Step Functions endpoint the relay and the API start executions through, and the alarms on deliveries that
+gave up and on endpoints that keep failing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_rds as rds
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from stacks.config import REPO_ROOT, StageConfig, settings_environment
+from stacks.constructs.alarm_topic import AlarmTopic
+from stacks.constructs.entrypoint_function import METRICS_NAMESPACE, EntrypointFunction
+from stacks.constructs.lambda_packaging import DependenciesLayer, function_code
+from stacks.constructs.nag import acknowledge
+from tollgate.webhooks.ssrf import FIRST_UNPRIVILEGED_PORT, HTTPS_PORT
+
+# The package's own file, deployed as it is: the definition is never copied or rewritten for AWS.
+DISPATCHER_DEFINITION = REPO_ROOT / "tollgate" / "webhooks" / "dispatcher.asl.json"
+# The one placeholder in that file; the local stack substitutes the same name with moto's function ARN.
+ATTEMPT_FUNCTION_PLACEHOLDER = "WebhookAttemptFunctionArn"
+
+# Logged by tollgate/webhooks/attempts.py as ERROR lines with an "alert" key. "exhausted" is left out on
+# purpose: a delivery that gave up also fails its execution, which the failed-executions alarm reports.
+ENDPOINT_ALERTS = ("auth", "disabled")
+ENDPOINT_ALERTS_METRIC = "WebhookEndpointAlerts"
+
+ISOLATED = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
+ALARM_PERIOD = cdk.Duration.minutes(5)
+
+
+class DeliveryStack(cdk.Stack):
+    """Exposes ``state_machine``: the relay starts one execution per delivery, the API starts replays."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: StageConfig,
+        vpc: ec2.IVpc,
+        database_proxy: rds.IDatabaseProxy,
+        database_secret: secretsmanager.ISecret,
+        database_clients: ec2.ISecurityGroup,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, env=config.environment, **kwargs)
+        self.config = config
+
+        self.attempt = self._attempt_function(config, vpc, database_proxy, database_secret, database_clients)
+        self.state_machine = self._dispatcher(config)
+        self.start_endpoint = self._start_endpoint(vpc, database_clients)
+
+        self.alarms = AlarmTopic(self, "Alarms", config=config)
+        self.alarms.notify(*self._alarms(config))
+
+        cdk.CfnOutput(self, "DispatcherArn", value=self.state_machine.state_machine_arn)
+        cdk.CfnOutput(self, "AttemptFunctionName", value=self.attempt.function.function_name)
+        cdk.CfnOutput(self, "AlarmTopicArn", value=self.alarms.topic.topic_arn)
+
+    def _attempt_function(
+        self,
+        config: StageConfig,
+        vpc: ec2.IVpc,
+        database_proxy: rds.IDatabaseProxy,
+        database_secret: secretsmanager.ISecret,
+        database_clients: ec2.ISecurityGroup,
+    ) -> EntrypointFunction:
+        # The database clients' group admits it to RDS Proxy and the VPC endpoints; this one lets out exactly
+        # the ports the sender may call (tollgate.webhooks.ssrf): 443 and the unprivileged ones. Which
+        # addresses may be called is decided per request by the sender's SSRF check, since a security group
+        # cannot tell public addresses from private ones.
+        self.receivers = ec2.SecurityGroup(
+            self,
+            "WebhookReceivers",
+            vpc=vpc,
+            description="Tollgate webhook attempts: tenant receivers through NAT",
+            allow_all_outbound=False,
+        )
+        for port, what in (
+            (ec2.Port.tcp(HTTPS_PORT), "HTTPS"),
+            (ec2.Port.tcp_range(FIRST_UNPRIVILEGED_PORT, 65535), "unprivileged ports"),
+        ):
+            self.receivers.add_egress_rule(ec2.Peer.any_ipv4(), port, f"Tenant webhook receivers: {what}")
+        attempt = EntrypointFunction(
+            self,
+            "WebhookAttempt",
+            config=config,
+            entrypoint="webhook_attempt",
+            description="Tollgate webhook attempt: signs, sends and records one delivery attempt",
+            code=function_code(),
+            layer=DependenciesLayer(self, "Dependencies", layer_dir=config.layer_dir).layer,
+            vpc=vpc,
+            security_groups=[database_clients, self.receivers],
+            environment={
+                "DATABASE_SECRET_ARN": database_secret.secret_arn,
+                "DATABASE_HOST": database_proxy.endpoint,
+                # One attempt per execution environment; RDS Proxy does the pooling across them.
+                "DATABASE_POOL_SIZE": "1",
+                **settings_environment(config.webhooks),
+            },
+            # Above the sender's own total cap plus the database work around it, so a slow receiver ends
+            # as a recorded failed attempt, never as a killed invocation that records nothing.
+            timeout=cdk.Duration.seconds(config.webhook_attempt_timeout_seconds),
+        )
+        self._place_in_egress_subnets(attempt.function, vpc)
+        database_secret.grant_read(attempt.function)
+        return attempt
+
+    @staticmethod
+    def _place_in_egress_subnets(function: lambda_.Function, vpc: ec2.IVpc) -> None:
+        """Behind NAT, unlike every other Tollgate Lambda: tenants' receivers are on the public internet.
+
+        EntrypointFunction places its function in the isolated subnets; it takes no subnet selection yet,
+        so the one subnet list is overridden here. Everything else (role, groups, tracing) stays its own.
+        """
+        cfn_function = function.node.default_child
+        assert isinstance(cfn_function, lambda_.CfnFunction)
+        egress = vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
+        cfn_function.add_property_override("VpcConfig.SubnetIds", egress.subnet_ids)
+
+    def _dispatcher(self, config: StageConfig) -> sfn.StateMachine:
+        # Vended-log prefix: Step Functions then needs one account-wide log resource policy for every log
+        # group under it, instead of growing that size-limited policy by one entry per state machine.
+        self.dispatcher_logs = logs.LogGroup(
+            self,
+            "DispatcherLogs",
+            log_group_name=f"/aws/vendedlogs/states/tollgate-{config.stage}-webhook-dispatcher",
+            retention=config.log_retention_days,
+            removal_policy=config.cdk_removal_policy,
+        )
+        state_machine = sfn.StateMachine(
+            self,
+            "Dispatcher",
+            state_machine_type=sfn.StateMachineType.STANDARD,
+            definition_body=sfn.DefinitionBody.from_file(str(DISPATCHER_DEFINITION)),
+            definition_substitutions={ATTEMPT_FUNCTION_PLACEHOLDER: self.attempt.function.function_arn},
+            logs=sfn.LogOptions(
+                destination=self.dispatcher_logs,
+                level=sfn.LogLevel.ALL,
+                # Inputs and outputs hold a delivery id and the attempt's outcome, never a payload; off all
+                # the same, so a later change to the definition cannot start logging tenants' data.
+                include_execution_data=False,
+            ),
+            tracing_enabled=True,
+        )
+        # The definition invokes the unqualified ARN, so no version or alias (no ":*" wildcard) is granted.
+        self.attempt.function.grant_invoke_latest_version(state_machine)
+        acknowledge(
+            state_machine.role,
+            "AwsSolutions-IAM5[Resource::*]",
+            "Only CloudWatch Logs delivery (logs:CreateLogDelivery and the other *LogDelivery actions, "
+            "logs:PutResourcePolicy, logs:DescribeResourcePolicies, logs:DescribeLogGroups) and X-Ray "
+            "tracing are granted on '*': neither supports resource-level permissions. An infrastructure "
+            "test fails if any other action appears with Resource '*'.",
+        )
+        return state_machine
+
+    def _start_endpoint(
+        self, vpc: ec2.IVpc, database_clients: ec2.ISecurityGroup
+    ) -> ec2.InterfaceVpcEndpoint:
+        """Step Functions' API inside the VPC: the relay and the API Lambda start executions from the isolated
+        subnets, which have no other route to AWS. Here rather than in DataStack because only delivery needs
+        it, and it goes away with the dispatcher."""
+        endpoint = ec2.InterfaceVpcEndpoint(
+            self,
+            "StepFunctionsEndpoint",
+            vpc=vpc,
+            service=ec2.InterfaceVpcEndpointAwsService.STEP_FUNCTIONS,
+            subnets=ISOLATED,
+            private_dns_enabled=True,
+            open=False,
+        )
+        endpoint.connections.allow_default_port_from(database_clients)
+        return endpoint
+
+    def _alarms(self, config: StageConfig) -> list[cloudwatch.Alarm]:
+        gave_up = cloudwatch.Alarm(
+            self,
+            "DeliveriesFailedAlarm",
+            alarm_description=(
+                "A webhook delivery's execution failed: its retry schedule is spent or its endpoint was "
+                "disabled (DeliveryGaveUp), or the attempt Lambda itself failed. The delivery stays in "
+                "PostgreSQL; inspect and replay it with `tollgate deliveries`."
+            ),
+            metric=self.state_machine.metric_failed(period=ALARM_PERIOD, statistic=cloudwatch.Stats.SUM),
+            threshold=0,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=1,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+
+        # Powertools writes one JSON object per line, with the logger's extra keys at the top level.
+        pattern = logs.FilterPattern.all(
+            logs.FilterPattern.string_value("$.level", "=", "ERROR"),
+            logs.FilterPattern.any(
+                *(logs.FilterPattern.string_value("$.alert", "=", alert) for alert in ENDPOINT_ALERTS)
+            ),
+        )
+        alerts = logs.MetricFilter(
+            self,
+            "EndpointAlerts",
+            log_group=self.attempt.log_group,
+            filter_pattern=pattern,
+            metric_namespace=METRICS_NAMESPACE,
+            metric_name=ENDPOINT_ALERTS_METRIC,
+            metric_value="1",
+        )
+        endpoint_alerts = cloudwatch.Alarm(
+            self,
+            "EndpointAlertsAlarm",
+            alarm_description=(
+                "A tenant's webhook endpoint keeps refusing our signature (repeated 401/403, alert=auth) or "
+                f"was disabled after failing for {config.webhooks.endpoint_disable_after_days:g} days "
+                "(alert=disabled). The attempt Lambda's log lines with an 'alert' key name the endpoint and "
+                "the delivery."
+            ),
+            metric=alerts.metric(period=ALARM_PERIOD, statistic=cloudwatch.Stats.SUM),
+            threshold=0,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=1,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        return [gave_up, endpoint_alerts]

@@ -1,0 +1,140 @@
+"""Issue-level story on the whole local system: a job completes and its webhook is verified; a message
+that kept failing lands in the DLQ while its job runs out of attempts; `tollgate dlq redrive` brings it back
+to a completed job with an audit row; a stale dead letter of a finished job is discarded with the reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import boto3
+import psycopg
+import pytest
+
+from tollgate.auth import create_tenant
+from tollgate.clock import new_id
+from tollgate.llm.simulator import Fault, Latency, SimulatorConfig
+from tollgate.local.client import ApiClient
+from tollgate.local.runtime import LocalStack
+from tollgate.samples import SUPPLIERS, generate_invoices, request_body
+from tollgate.suppliers import add_supplier
+from tollgate.webhooks.receiver import WebhookReceiver
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def stack(fresh_database, tmp_path):
+    from tollgate.db.migrations import apply_migrations
+    from tollgate.settings import REPO_ROOT
+
+    url = fresh_database()
+    apply_migrations(url, REPO_ROOT / "migrations")
+    local = LocalStack(
+        port=0,
+        data_dir=tmp_path,
+        database_url=url,
+        simulator_config=SimulatorConfig(
+            requests_per_minute=None,
+            tokens_per_minute=None,
+            latency=Latency(0.0),
+            storm_retry_after_seconds=0.05,
+        ),
+        worker_overrides={
+            "retry_base_seconds": 0.05,
+            "retry_cap_seconds": 0.1,
+            "ingress_failure_visibility_seconds": 0,
+        },
+    ).start()
+    yield local
+    local.stop()
+
+
+def state(url, job_id):
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT state FROM extraction_jobs WHERE job_id = %s", (job_id,)).fetchone()[0]
+
+
+def dlq_depth(stack):
+    attributes = boto3.client("sqs").get_queue_attributes(
+        QueueUrl=stack.queues.dlq_url, AttributeNames=["ApproximateNumberOfMessages"]
+    )["Attributes"]
+    return int(attributes["ApproximateNumberOfMessages"])
+
+
+def cli(stack, *args):
+    env = {k: v for k, v in os.environ.items() if k not in {"JOBS_QUEUE_URL", "DATABASE_URL"}}
+    return subprocess.run(
+        [sys.executable, "-m", "tollgate.cli", *args, "--data-dir", str(stack.data_dir)],
+        env={**env, "COLUMNS": "250", "TOLLGATE_ACTOR": "oncall"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_webhook_dlq_and_redrive_story(stack):
+    db, url = stack.system_db, stack.database_url
+    tenant = create_tenant(db, "story", new_id, allowed_currencies=sorted({s.currency for s in SUPPLIERS}))
+    for supplier in SUPPLIERS:
+        add_supplier(db, tenant.tenant_id, supplier.name, supplier.iban, new_id)
+    client = ApiClient(stack.api_url, tenant.api_key)
+    endpoint = client.request("POST", "/webhook-endpoints", json_body={"url": "http://127.0.0.1:9/x"}).json
+    receiver = WebhookReceiver(endpoint["secret"]).start()
+    client.request("PATCH", f"/webhook-endpoints/{endpoint['endpoint_id']}", json_body={"url": receiver.url})
+    first, second = generate_invoices(2, seed=5, kinds=["clean"])
+
+    # A job runs to its end and its signed webhook is verified by the receiver.
+    done = client.submit(request_body(first), "first").json["job_id"]
+    assert stack.wait_for(lambda: len(receiver.accepted) == 1, timeout=60)
+    assert state(url, done) == "SUCCEEDED"
+
+    # The worker cannot record the next job's message (a fault in the database), so SQS retires it to
+    # the DLQ; meanwhile the provider throttles every attempt and the job runs out of them.
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("REVOKE INSERT ON execution_inbox FROM tollgate_system")
+    stack.simulator.queue_fault(Fault.RATE_LIMIT, count=5)
+    stuck = client.submit(request_body(second), "second").json["job_id"]
+    assert stack.wait_for(
+        lambda: state(url, stuck) == "FAILED_TERMINAL" and dlq_depth(stack) == 1, timeout=90
+    )
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("GRANT INSERT ON execution_inbox TO tollgate_system")
+        (event_body,) = conn.execute(
+            "SELECT row_to_json(e)::text FROM (SELECT event_id, event_type, tenant_id, aggregate_id, payload,"
+            " trace_context, created_at FROM outbox_events WHERE aggregate_id = %s"
+            " AND event_type = 'extraction.requested.v1') e",
+            (done,),
+        ).fetchone()
+    # A stale dead letter of the finished job too.
+    boto3.client("sqs").send_message(
+        QueueUrl=stack.queues.dlq_url,
+        MessageBody=event_body,
+        MessageGroupId="g",
+        MessageDeduplicationId="stale",
+    )
+
+    listed = cli(stack, "dlq", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert "reset_and_redrive" in listed.stdout and "discard" in listed.stdout
+
+    redriven = cli(stack, "dlq", "redrive", "--reason", "database grant restored")
+    assert redriven.returncode == 0, redriven.stderr
+
+    assert stack.wait_for(lambda: state(url, stuck) == "SUCCEEDED", timeout=60)
+    assert "already ended SUCCEEDED" in redriven.stdout
+    with psycopg.connect(url) as conn:
+        trail = conn.execute(
+            "SELECT actor, action, outcome, target FROM support_audit ORDER BY audit_id"
+        ).fetchall()
+    assert sorted(trail) == sorted(
+        [("oncall", "dlq_redrive", "reset_and_redrive", stuck), ("oncall", "dlq_redrive", "discard", done)]
+    )
+    assert dlq_depth(stack) == 0
+    shown = cli(stack, "jobs", "show", stuck)
+    assert shown.returncode == 0 and "throttled" in shown.stdout and "database grant restored" in shown.stdout
+    receiver.stop()
+    assert json.loads(receiver.accepted[0].body)["data"]["job_id"] == done
