@@ -7,7 +7,6 @@ import time
 from datetime import timedelta
 
 import boto3
-import openai
 
 from tollgate.acceptance.service import AcceptanceDeps
 from tollgate.api.app import ApiDeps
@@ -133,6 +132,8 @@ def build_execution(
 ) -> ExecutionDeps:
     clock = SystemClock()
     if llm is None:
+        import openai  # the worker's dependency only; the API's cold start does without it
+
         api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "unset"
         client = openai.AsyncOpenAI(api_key=api_key, base_url=settings.openai_base_url, max_retries=0)
         llm = OpenAIExtractor(client, clock)

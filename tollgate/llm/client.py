@@ -13,14 +13,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import openai
 from pydantic import ValidationError
 
 from tollgate.clock import Clock
 from tollgate.extraction.prompt import build_messages
 from tollgate.extraction.schema import Invoice, response_format
+
+if TYPE_CHECKING:
+    # Imported lazily at run time: the API Lambda imports this module's types but never calls a model,
+    # and the SDK adds most of a second to its cold start.
+    import openai
 
 
 class OutcomeClass(StrEnum):
@@ -107,6 +111,8 @@ class OpenAIExtractor:
         self._clock = clock
 
     async def extract(self, pages: tuple[str, ...], model: str, timeout: float, max_tokens: int) -> LlmResult:
+        import openai
+
         started = time.perf_counter()
 
         def elapsed() -> int:
