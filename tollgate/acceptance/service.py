@@ -114,6 +114,10 @@ def accept_job(
     fingerprint = request_hash(request, document)
     estimated = estimate_tokens(document, settings.max_output_tokens)
     q = deps.db.q
+    # The S3 put happens before the tenant's acceptance lock is taken, so a slow put never holds back the
+    # tenant's other requests. The object is content-addressed: if this request is then refused (a
+    # conflict, a full quota), the next request with this content reuses it.
+    upload = None if _known_document(deps, tenant_id, document) else _upload(deps, tenant_id, document)
 
     with deps.db.transaction(tenant_id) as conn:
         conn.execute(q.lock_tenant_acceptance, {"tenant_id": tenant_id})
@@ -130,7 +134,7 @@ def accept_job(
             return Accepted(job=job_view(existing), replayed=True)
 
         _admit(conn, deps, tenant_id, document.size_bytes, estimated)
-        document_id = _store_document(conn, deps, tenant_id, document)
+        document_id = _store_document(conn, deps, tenant_id, document, upload)
 
         job_id = deps.new_id()
         now = deps.clock.now()
@@ -211,22 +215,38 @@ def _admit(conn: Conn, deps: AcceptanceDeps, tenant_id: UUID, size_bytes: int, t
         )
 
 
-def _store_document(conn: Conn, deps: AcceptanceDeps, tenant_id: UUID, document: CanonicalDocument) -> UUID:
-    q = deps.db.q
+def _known_document(deps: AcceptanceDeps, tenant_id: UUID, document: CanonicalDocument) -> UUID | None:
+    with deps.db.transaction(tenant_id) as conn:
+        row = conn.execute(
+            deps.db.q.find_document_by_digest, {"tenant_id": tenant_id, "sha256": document.sha256}
+        ).fetchone()
+    return row["document_id"] if row else None
+
+
+def _upload(deps: AcceptanceDeps, tenant_id: UUID, document: CanonicalDocument) -> tuple[str, str]:
+    """Stores the canonical copy, which workers read whether the document came inline or by reference,
+    so a tenant changing its own object later changes nothing here. Returns the key and version."""
+    s3_key = document_key(tenant_id, document.sha256)
+    return s3_key, deps.documents.put(s3_key, document.body)
+
+
+def _store_document(
+    conn: Conn,
+    deps: AcceptanceDeps,
+    tenant_id: UUID,
+    document: CanonicalDocument,
+    upload: tuple[str, str] | None,
+) -> UUID:
     known = conn.execute(
-        q.find_document_by_digest, {"tenant_id": tenant_id, "sha256": document.sha256}
+        deps.db.q.find_document_by_digest, {"tenant_id": tenant_id, "sha256": document.sha256}
     ).fetchone()
-    if known is not None:
+    if known is not None:  # also when a concurrent request with the same content stored it first
         document_id: UUID = known["document_id"]
         return document_id
-    # The canonical copy is what workers read, whether the document came inline or by reference: it is
-    # content-addressed, so if the transaction fails after this put the object is reused next time, and a
-    # tenant changing its own object later changes nothing here.
-    s3_key = document_key(tenant_id, document.sha256)
-    version_id = deps.documents.put(s3_key, document.body)
+    s3_key, version_id = upload or _upload(deps, tenant_id, document)
     document_id = deps.new_id()
     conn.execute(
-        q.insert_document,
+        deps.db.q.insert_document,
         {
             "document_id": document_id,
             "tenant_id": tenant_id,
