@@ -59,6 +59,7 @@ synth: setup ## Synthesize CloudFormation templates to cdk.out/ offline, with cd
 
 bench: setup ## Run the benchmarks; results go to bench/results/
 	$(RUN) -m bench.acceptance
+	$(RUN) -m bench.accuracy
 
 openapi: setup-runtime ## Regenerate the committed openapi.json from the routes
 	$(VENV)/bin/tollgate openapi --output openapi.json
