@@ -67,7 +67,7 @@ def local_up(
 
 @local_app.command("demo")
 def local_demo(
-    jobs_per_tenant: Annotated[int, typer.Option(min=1, max=500)] = 40,
+    jobs_per_tenant: Annotated[int, typer.Option(min=1, max=500)] = 100,
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
     """Start the system, drive it as tenants would, check every answer, stop. Exit 1 on any surprise."""
