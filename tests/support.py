@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import psycopg
@@ -46,3 +47,25 @@ def job_row(owner_url: str, job_id: Any) -> dict[str, Any]:
         row = conn.execute("SELECT * FROM extraction_jobs WHERE job_id = %s", (job_id,)).fetchone()
     assert row is not None
     return row
+
+
+class Trap:
+    """A listening socket that only counts who connected to it: proves a refused target got no byte."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.sock = socket.create_server((host, port))
+        self.sock.setblocking(False)
+        self.port: int = self.sock.getsockname()[1]
+
+    def connections(self) -> int:
+        count = 0
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except BlockingIOError:
+                return count
+            conn.close()
+            count += 1
+
+    def close(self) -> None:
+        self.sock.close()

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import Trap
 from tollgate.clock import FakeClock
 from tollgate.webhooks.receiver import WebhookReceiver
 from tollgate.webhooks.sender import (
@@ -153,28 +154,6 @@ class LocalServer:
                 pass
 
         return Handler
-
-
-class Trap:
-    """A listening socket that never answers; a non-blocking accept counts the connections it got."""
-
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.sock = socket.create_server((host, port))
-        self.sock.setblocking(False)
-        self.port: int = self.sock.getsockname()[1]
-
-    def connections(self) -> int:
-        count = 0
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except BlockingIOError:
-                return count
-            conn.close()
-            count += 1
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 class ScriptedResolver:

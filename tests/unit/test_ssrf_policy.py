@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
+from tests.support import Trap
 from tollgate.webhooks.sender import DeliveryError, SenderLimits, WebhookSender
 from tollgate.webhooks.ssrf import (
     IPAddress,
@@ -39,29 +40,6 @@ class FakeResolver:
         if host not in self.answers:
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
         return self.answers[host]
-
-
-class Trap:
-    """A listening socket standing for the target; the kernel queues any connection, so a non-blocking
-    accept after the sender returned tells whether one was made."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.setblocking(False)
-        self.port: int = self.sock.getsockname()[1]
-
-    def connections(self) -> int:
-        count = 0
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except BlockingIOError:
-                return count
-            conn.close()
-            count += 1
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 class RoutingConnector:
