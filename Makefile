@@ -60,6 +60,7 @@ synth: setup ## Synthesize CloudFormation templates to cdk.out/ offline, with cd
 bench: setup ## Run the benchmarks; results go to bench/results/
 	$(RUN) -m bench.acceptance
 	$(RUN) -m bench.accuracy
+	$(RUN) -m bench.relay
 
 openapi: setup-runtime ## Regenerate the committed openapi.json from the routes
 	$(VENV)/bin/tollgate openapi --output openapi.json
