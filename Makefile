@@ -61,6 +61,7 @@ bench: setup ## Run the benchmarks; results go to bench/results/
 	$(RUN) -m bench.acceptance
 	$(RUN) -m bench.accuracy
 	$(RUN) -m bench.relay
+	$(RUN) -m bench.drain
 
 openapi: setup-runtime ## Regenerate the committed openapi.json from the routes
 	$(VENV)/bin/tollgate openapi --output openapi.json

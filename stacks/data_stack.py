@@ -109,6 +109,10 @@ class DataStack(cdk.Stack):
         for clients in (self.database_clients, self.migration_clients):
             self.logs_endpoint.connections.allow_default_port_from(clients)
             self.xray_endpoint.connections.allow_default_port_from(clients)
+        # The workers' provider budget is in DynamoDB and every attempt touches it: keep that off the NAT.
+        self.vpc.add_gateway_endpoint(
+            "DynamoDb", service=ec2.GatewayVpcEndpointAwsService.DYNAMODB, subnets=[EGRESS]
+        )
         # In the worker's egress subnets too, so document reads and image layers (ECR serves them from S3)
         # bypass the NAT gateway and its per-gigabyte charge.
         self.vpc.add_gateway_endpoint(

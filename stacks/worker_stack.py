@@ -10,6 +10,7 @@ from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_applicationautoscaling as appscaling
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
@@ -26,6 +27,8 @@ from stacks.constructs.backlog_metrics import OLDEST_ELIGIBLE_JOB_AGE, RUNNABLE_
 from stacks.constructs.documents_access import DocumentsReadAccess
 from stacks.constructs.entrypoint_function import METRICS_NAMESPACE
 from stacks.constructs.nag import acknowledge
+from tollgate.limiter.dynamodb import KEY as LIMITER_KEY
+from tollgate.limiter.dynamodb import TTL_ATTRIBUTE as LIMITER_TTL_ATTRIBUTE
 
 DOCKERFILE = "worker/Dockerfile"
 CONTAINER_NAME = "worker"
@@ -90,6 +93,19 @@ class WorkerStack(cdk.Stack):
             retention=config.log_retention_days,
             removal_policy=config.cdk_removal_policy,
         )
+        self.limiter_table = dynamodb.Table(
+            self,
+            "ProviderBudget",
+            partition_key=dynamodb.Attribute(name=LIMITER_KEY, type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            # Permits of workers that died expire by themselves; TTL only sweeps their leftovers.
+            time_to_live_attribute=LIMITER_TTL_ATTRIBUTE,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            removal_policy=config.cdk_removal_policy,
+        )
         self.task_definition = ecs.FargateTaskDefinition(
             self,
             "Task",
@@ -113,6 +129,8 @@ class WorkerStack(cdk.Stack):
             essential=True,
             environment={
                 **self._environment(config, database_proxy, database_secret, jobs_queue),
+                # One provider budget for every task: requests/min, tokens/min and calls in flight.
+                "LIMITER_TABLE": self.limiter_table.table_name,
                 # Nudged after each final outcome so the tenant's webhook leaves at once, not at the sweep.
                 "RELAY_FUNCTION_NAME": relay_function.function_name,
             },
@@ -139,6 +157,7 @@ class WorkerStack(cdk.Stack):
         self._grant(config, database_secret, documents_bucket, jobs_queue)
         # The unqualified name is what the nudge invokes: the function and $LATEST, no version wildcard.
         relay_function.grant_invoke_latest_version(self.task_definition.task_role)
+        self.limiter_table.grant_read_write_data(self.task_definition.task_role)
 
         self.service = ecs.FargateService(
             self,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -170,6 +171,41 @@ class LimiterSettings(BaseSettings):
     provider_max_in_flight: int = Field(default=50, ge=1, description="Budget: calls in flight at once.")
     limiter_table: str | None = Field(
         default=None, description="DynamoDB table of the shared budget; unset means a per-process budget."
+    )
+    limiter_mode: Literal["budget", "per_worker_aimd", "no_limit"] = Field(
+        default="budget",
+        description=(
+            "`budget` is the provider budget (shared in LIMITER_TABLE when set); `per_worker_aimd` and "
+            "`no_limit` are the drain benchmark's baselines, never for production."
+        ),
+    )
+    limiter_shards: int = Field(
+        default=0,
+        ge=0,
+        le=64,
+        description="DynamoDB items the shared budget is split across; 0 derives it from the request rate.",
+    )
+    limiter_permit_ttl_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description=(
+            "Lifetime of an in-flight permit: a dead worker's permit returns after it. Keep it above "
+            "ATTEMPT_TIMEOUT_SECONDS."
+        ),
+    )
+    limiter_unavailable_allowance_per_minute: int = Field(
+        default=0,
+        ge=0,
+        description="Calls per minute per process while the budget's table is unreachable; 0 fails closed.",
+    )
+    limiter_aimd_decrease: float = Field(
+        default=0.5, gt=0, lt=1, description="The effective rate is multiplied by this on a provider 429."
+    )
+    limiter_aimd_increase: float = Field(
+        default=0.02,
+        gt=0,
+        le=1,
+        description="Share of the configured rate added back per successful call, up to the configured rate.",
     )
 
 

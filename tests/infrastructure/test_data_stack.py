@@ -16,6 +16,7 @@ from tests.infrastructure.cfn import (
     function_by_handler,
     only,
     references,
+    render,
     resources,
     route_table_of,
     routes_of_subnet,
@@ -120,13 +121,27 @@ def test_no_subnet_hands_out_public_addresses(data_template: Template) -> None:
         assert subnet["Properties"].get("MapPublicIpOnLaunch", False) is False
 
 
-def test_s3_gateway_serves_the_isolated_and_egress_subnets(data_template: Template) -> None:
-    """The worker's document reads and image layers must not go through (and pay for) NAT."""
+def _gateway_endpoint(template: Template, service: str) -> dict[str, Any]:
     (endpoint,) = [
         endpoint["Properties"]
-        for endpoint in resources(data_template, "AWS::EC2::VPCEndpoint").values()
+        for endpoint in resources(template, "AWS::EC2::VPCEndpoint").values()
         if endpoint["Properties"].get("VpcEndpointType") == "Gateway"
+        and service in render(endpoint["Properties"]["ServiceName"])
     ]
+    return endpoint
+
+
+def test_dynamodb_gateway_serves_the_egress_subnets(data_template: Template) -> None:
+    """Every provider call touches the budget table twice: that traffic must not pay for NAT."""
+    endpoint = _gateway_endpoint(data_template, "dynamodb")
+    assert {table["Ref"] for table in endpoint["RouteTableIds"]} == {
+        route_table_of(data_template, subnet) for subnet in _group(data_template, "egress")
+    }
+
+
+def test_s3_gateway_serves_the_isolated_and_egress_subnets(data_template: Template) -> None:
+    """The worker's document reads and image layers must not go through (and pay for) NAT."""
+    endpoint = _gateway_endpoint(data_template, ".s3")
     private = _group(data_template, "isolated") + _group(data_template, "egress")
 
     assert {table["Ref"] for table in endpoint["RouteTableIds"]} == {

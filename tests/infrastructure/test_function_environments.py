@@ -32,8 +32,10 @@ pytestmark = pytest.mark.infrastructure
 # - OPENAI_BASE_URL: in AWS the worker calls OpenAI's own endpoint.
 # - WORKER_ID is derived from the task's hostname and process id at start, unique per task.
 # - CRASHPOINTS injects faults for tests and chaos runs; a deployed worker never dies on purpose.
-# - LIMITER_TABLE: the shared DynamoDB budget is not built yet, so each worker task keeps its own; the
-#   WorkerStack sets it together with the table once the DynamoDB limiter exists.
+# - LIMITER_MODE chooses the drain benchmark's baselines; a deployed worker always uses the budget.
+# - LIMITER_SHARDS (0 = derived from the rate), LIMITER_PERMIT_TTL_SECONDS, LIMITER_AIMD_INCREASE/DECREASE
+#   and LIMITER_UNAVAILABLE_ALLOWANCE_PER_MINUTE (0 = fail closed) keep the model's defaults, which are
+#   the production values; no stage tunes them yet.
 # - WEBHOOKS_ALLOW_INSECURE and WEBHOOKS_ALLOW_PRIVATE_TARGETS: local development only; deployed endpoints
 #   must be HTTPS and public, and the sender refuses private addresses.
 # - DELIVERY_TIME_SCALE compresses the webhook retry waits for the local stack; deployed, the schedule is real.
@@ -55,7 +57,12 @@ LEFT_TO_DEFAULT = {
         "OPENAI_BASE_URL",
         "WORKER_ID",
         "CRASHPOINTS",
-        "LIMITER_TABLE",
+        "LIMITER_MODE",
+        "LIMITER_SHARDS",
+        "LIMITER_PERMIT_TTL_SECONDS",
+        "LIMITER_AIMD_INCREASE",
+        "LIMITER_AIMD_DECREASE",
+        "LIMITER_UNAVAILABLE_ALLOWANCE_PER_MINUTE",
     },
 }
 # Only these reach the worker as ECS secrets, never as plain environment variables.

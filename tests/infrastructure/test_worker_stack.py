@@ -325,3 +325,19 @@ def test_scale_in_waits_longer_than_scale_out(worker_template: Template) -> None
     periods = {alarm["ComparisonOperator"]: alarm["EvaluationPeriods"] for alarm in alarms["RunnableJobs"]}
 
     assert periods["LessThanOrEqualToThreshold"] > periods["GreaterThanOrEqualToThreshold"]
+
+
+def test_the_provider_budget_table_is_shared_by_every_task(worker_template):
+    from tests.infrastructure.cfn import only
+
+    _, table = only(worker_template, "AWS::DynamoDB::Table")
+    props = table["Properties"]
+    assert props["BillingMode"] == "PAY_PER_REQUEST"
+    assert props["KeySchema"] == [{"AttributeName": "pk", "KeyType": "HASH"}]
+    assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+    assert props["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True
+    _, task = only(worker_template, "AWS::ECS::TaskDefinition")
+    environment = {
+        v["Name"]: v["Value"] for v in task["Properties"]["ContainerDefinitions"][0]["Environment"]
+    }
+    assert "LIMITER_TABLE" in environment

@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import boto3
 from pydantic import SecretStr
 
 from tollgate.api.app import AppPool
 from tollgate.authorizer import authorize_request
 from tollgate.db import Database, build_database
 from tollgate.db.migrations import apply_migrations
+from tollgate.limiter.dynamodb import create_limiter_table, serialize_moto_dynamodb
 from tollgate.llm.simulator import Latency, SimulatedProvider, SimulatorConfig
 from tollgate.local.aws import JobsQueues, LocalAws, create_documents_bucket, create_jobs_queues
 from tollgate.local.gateway import LocalGateway
@@ -54,6 +56,7 @@ from tollgate.wiring import (
 
 DEFAULT_DATA_DIR = Path(".tollgate")
 DISCOVERY_FILE = "local.json"
+LIMITER_TABLE = "tollgate-provider-budget-local"
 # Requests the local gateway handles at once (Lambda would run that many instances of the API function).
 API_CONCURRENCY = 8
 LOCAL_BUCKET = "tollgate-documents-local"
@@ -208,7 +211,10 @@ class LocalStack:
         return create_dispatcher(attempt, suffix=f"-{secrets.token_hex(3)}")
 
     def _start_workers(self, url: SecretStr, queue_url: str, relay_wake: EventNudger) -> None:
-        overrides: dict[str, Any] = {}
+        # One provider budget for both workers, in DynamoDB on moto, as the deployed workers share one.
+        create_limiter_table(boto3.client("dynamodb"), LIMITER_TABLE)
+        self._closers.append(serialize_moto_dynamodb())
+        overrides: dict[str, Any] = {"limiter_table": LIMITER_TABLE}
         if not (os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL")):
             self.simulator = SimulatedProvider(self.simulator_config)
             overrides["openai_base_url"] = self.simulator.start()

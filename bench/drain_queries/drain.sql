@@ -1,0 +1,39 @@
+-- Queries only the drain benchmark runs, as the scratch database's owner (no row-level security).
+
+-- name: reset_work
+-- Each scenario starts from an empty backlog; tenants and their suppliers stay.
+TRUNCATE outbox_events, extraction_results, job_attempts, extraction_jobs, documents CASCADE
+
+-- name: job_state
+SELECT state, created_at, finished_at FROM extraction_jobs WHERE job_id = %(job_id)s
+
+-- name: unfinished_jobs
+-- Jobs of these tenants not yet in a terminal state: the loop's stop condition.
+SELECT count(*) AS unfinished
+FROM extraction_jobs
+WHERE tenant_id = ANY(%(tenant_ids)s::uuid[])
+  AND state NOT IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'FAILED_TERMINAL', 'CANCELLED')
+
+-- name: job_times
+-- Every job of the scenario: whose, where it ended, and when it was accepted and finished.
+SELECT tenant_id, state, created_at, finished_at, estimated_tokens, attempt
+FROM extraction_jobs
+
+-- name: attempt_outcomes
+SELECT coalesce(outcome, 'unfinished') AS outcome, count(*) AS attempts
+FROM job_attempts
+GROUP BY 1
+ORDER BY 2 DESC
+
+-- name: call_latency
+SELECT avg(latency_ms) / 1000.0 AS mean_s FROM job_attempts WHERE outcome = 'ok'
+
+-- name: job_breakdown
+-- Where a job's time went: waiting to be claimed, then its attempts (provider calls and the rest).
+SELECT j.job_id, j.tenant_id, j.state, j.created_at, j.finished_at,
+       min(a.started_at) AS first_claimed_at, coalesce(sum(a.latency_ms), 0) / 1000.0 AS call_s,
+       count(a.attempt) AS attempts
+FROM extraction_jobs j
+LEFT JOIN job_attempts a USING (job_id)
+WHERE j.tenant_id = ANY(%(tenant_ids)s::uuid[])
+GROUP BY j.job_id
