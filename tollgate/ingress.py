@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from tollgate.clock import Clock
 from tollgate.db import Database
+from tollgate.faults import BEFORE_SQS_DELETE, crashpoint
 from tollgate.outbox import OutboxEvent
 
 if TYPE_CHECKING:
@@ -133,6 +134,7 @@ def ingest_once(deps: IngressDeps) -> IngressReport:
         report.outcomes[outcome] += 1
         done.append({"Id": str(len(done)), "ReceiptHandle": message["ReceiptHandle"]})
     if done:
+        crashpoint(BEFORE_SQS_DELETE)  # recorded and committed, not yet deleted: the redelivery window
         deleted = deps.sqs.delete_message_batch(QueueUrl=deps.queue_url, Entries=done)  # type: ignore[arg-type]
         report.deleted = len(deleted.get("Successful", []))
     return report

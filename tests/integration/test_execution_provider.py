@@ -12,6 +12,7 @@ import subprocess
 import sys
 from datetime import timedelta
 
+import boto3
 import openai
 import psycopg
 import pytest
@@ -218,3 +219,46 @@ def test_a_worker_killed_after_the_provider_answered_is_retried_and_ends_with_on
         (1, "lease_expired"),
         (2, "ok"),
     ]
+
+
+def test_a_worker_killed_between_the_inbox_commit_and_the_sqs_delete_records_the_event_once(
+    known_tenant, system_db, simulator, clean_db, local_aws
+):
+    from tollgate.ingress import IngressDeps, IngressOutcome, ingest_once
+    from tollgate.outbox import RelayDeps, SqsFifoPublisher, relay_outbox
+
+    queues = create_jobs_queues(f"crash-delete-{secrets.token_hex(4)}")
+    sqs = boto3.client("sqs")
+    # A message not deleted comes back as soon as the crashed worker's receive lapses: here, at once.
+    sqs.set_queue_attributes(QueueUrl=queues.url, Attributes={"VisibilityTimeout": "0"})
+    submit_sample(known_tenant)
+    publisher = SqsFifoPublisher(boto3.client("sqs"), queues.url)
+    relay_outbox(RelayDeps(db=system_db, clock=SystemClock(), routes={"extraction.requested.v1": publisher}))
+    env = {
+        **os.environ,
+        "DATABASE_URL": clean_db,
+        "JOBS_QUEUE_URL": queues.url,
+        "DOCUMENTS_BUCKET": LOCAL_BUCKET,
+        "OPENAI_BASE_URL": simulator.base_url,
+        "OPENAI_API_KEY": "simulated",
+        "CRASHPOINTS": json.dumps(["before_sqs_delete"]),
+        "EXECUTION_SLOTS": "1",
+        "INGRESS_WAIT_SECONDS": "0",
+        "CLAIM_IDLE_SECONDS": "0.2",
+    }
+
+    worker = subprocess.run(
+        [sys.executable, "-m", "worker.main"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert worker.returncode == 137, worker.stderr[-2000:]
+    assert rows(clean_db, "SELECT count(*) FROM execution_inbox") == [(1,)], "committed before the crash"
+    again = ingest_once(IngressDeps(system_db, sqs, queues.url, SystemClock(), wait_seconds=0))
+
+    assert again.outcomes[IngressOutcome.DUPLICATE] == 1
+    assert rows(clean_db, "SELECT count(*) FROM execution_inbox") == [(1,)]
