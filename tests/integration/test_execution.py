@@ -18,6 +18,7 @@ from tollgate.extraction.schema import Invoice
 from tollgate.jobs.execution import AttemptEnd, ExecutionDeps, ModelRouter, run_attempt
 from tollgate.jobs.leasing import claim_next_job
 from tollgate.jobs.retry import RetryPolicy
+from tollgate.limiter.base import Denied, Reservation
 from tollgate.limiter.local import InProcessLimiter
 from tollgate.llm.client import LlmResult, OutcomeClass
 from tollgate.local.runtime import LOCAL_BUCKET
@@ -391,3 +392,29 @@ def test_higher_priority_runs_first_within_a_tenant(supplier_tenant, system_db, 
     deps = make_deps(system_db, ScriptedLlm())
 
     assert [str(claim(deps).job_id), str(claim(deps).job_id)] == [high, low]
+
+
+def test_a_refused_api_key_pauses_every_worker_and_keeps_the_job(supplier_tenant, system_db, clean_db):
+    job_id = supplier_tenant.client.submit(invoice_request(TEXT), "k").json["job_id"]
+    clock = FakeClock(SystemClock().now())
+    limiter = InProcessLimiter(clock, requests_per_minute=1000, tokens_per_minute=10**8, max_in_flight=10)
+    refused = LlmResult(OutcomeClass.PROVIDER_AUTH, "", error="401: invalid api key")
+    deps = make_deps(system_db, ScriptedLlm(refused), clock=clock, limiter=limiter)
+
+    report = asyncio.run(run_attempt(deps, claim(deps)))
+
+    assert report.end is AttemptEnd.RETRY_SCHEDULED, "our key is not the job's fault"
+    assert job_row(clean_db, job_id)["state"] == "RETRY_SCHEDULED"
+    paused = limiter.try_acquire(Reservation("test", 100))
+    assert isinstance(paused, Denied) and paused.reason == "cooldown" and paused.wait_seconds >= 59
+
+
+def test_provider_statuses_are_classified():
+    from tollgate.llm.client import classify_status
+
+    assert classify_status(401) is OutcomeClass.PROVIDER_AUTH
+    assert classify_status(403) is OutcomeClass.PROVIDER_AUTH
+    assert classify_status(429) is OutcomeClass.THROTTLED
+    assert classify_status(503) is OutcomeClass.TRANSIENT
+    assert classify_status(400) is OutcomeClass.TERMINAL
+    assert OutcomeClass.PROVIDER_AUTH.retryable and not OutcomeClass.TERMINAL.retryable

@@ -44,6 +44,8 @@ from tollgate.nudge import NoNudge, Nudger
 logger = Logger(service="tollgate-worker", child=True)
 
 Sleep = Callable[[float], Awaitable[None]]
+# How long every worker holds off after the provider refused the key (an operator is fixing it).
+PROVIDER_AUTH_COOLDOWN_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -197,6 +199,11 @@ async def _call_within_budget(
         await asyncio.to_thread(deps.limiter.release, permit, Outcome())
         raise LeaseLost
     result = call.result()
+    cooldown = result.retry_after_seconds
+    if result.outcome is OutcomeClass.PROVIDER_AUTH:
+        # Every worker would get the same answer: pause them all instead of spending each job's attempts.
+        logger.error("ALERT: the provider refused our API key", extra=_keys(job) | {"alert": "provider_auth"})
+        cooldown = max(cooldown or 0.0, PROVIDER_AUTH_COOLDOWN_SECONDS)
     used = (
         (result.input_tokens or 0) + (result.output_tokens or 0) if result.input_tokens is not None else None
     )
@@ -205,8 +212,8 @@ async def _call_within_budget(
         permit,
         Outcome(
             used_tokens=used,
-            throttled=result.outcome is OutcomeClass.THROTTLED,
-            retry_after_seconds=result.retry_after_seconds,
+            throttled=result.outcome in {OutcomeClass.THROTTLED, OutcomeClass.PROVIDER_AUTH},
+            retry_after_seconds=cooldown,
             rate_limit_headers=result.rate_limit_headers,
         ),
     )

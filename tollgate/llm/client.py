@@ -35,6 +35,8 @@ class OutcomeClass(StrEnum):
     INVALID_OUTPUT = "invalid_output"
     REFUSED = "refused"
     TERMINAL = "terminal"
+    # 401/403: our key, not the job. Retried (an operator fixes the key) and paused for every worker.
+    PROVIDER_AUTH = "provider_unauthorized"
     # Not the provider's doing: the stored document could not be read, so no call was made.
     DOCUMENT_UNAVAILABLE = "document_unavailable"
 
@@ -45,6 +47,7 @@ class OutcomeClass(StrEnum):
             OutcomeClass.TRANSIENT,
             OutcomeClass.TIMEOUT,
             OutcomeClass.INVALID_OUTPUT,
+            OutcomeClass.PROVIDER_AUTH,
         }
 
 
@@ -100,6 +103,8 @@ def _rate_limit_headers(headers: Any) -> dict[str, str]:
 def classify_status(status: int) -> OutcomeClass:
     if status == 429:
         return OutcomeClass.THROTTLED
+    if status in {401, 403}:
+        return OutcomeClass.PROVIDER_AUTH
     if status in {408, 409} or status >= 500:
         return OutcomeClass.TRANSIENT
     return OutcomeClass.TERMINAL
