@@ -418,3 +418,35 @@ def test_provider_statuses_are_classified():
     assert classify_status(503) is OutcomeClass.TRANSIENT
     assert classify_status(400) is OutcomeClass.TERMINAL
     assert OutcomeClass.PROVIDER_AUTH.retryable and not OutcomeClass.TERMINAL.retryable
+
+
+def test_on_stop_a_worker_drains_then_hands_back_what_it_cannot_finish(supplier_tenant, system_db, clean_db):
+    from tollgate.ingress import IngressDeps
+    from tollgate.local.aws import create_jobs_queues
+    from tollgate.worker import WorkerConfig, run_worker
+
+    job_id = supplier_tenant.client.submit(invoice_request(TEXT), "k").json["job_id"]
+    llm = ScriptedLlm(ok())
+    llm.hold = asyncio.Event()  # the provider never answers before the drain time is up
+    deps = make_deps(system_db, llm)
+    queues = create_jobs_queues(f"drain-{new_id().hex[:8]}")
+    ingress = IngressDeps(system_db, boto3.client("sqs"), queues.url, SystemClock(), wait_seconds=0)
+
+    async def scenario():
+        stop = asyncio.Event()
+        worker = asyncio.create_task(
+            run_worker(
+                ingress, deps, WorkerConfig(slots=1, tenant_cap=8, idle_seconds=0.05, drain_seconds=0), stop
+            )
+        )
+        await llm.called.wait()  # the job is claimed and its call is in flight
+        stop.set()  # SIGTERM
+        await asyncio.wait_for(worker, timeout=30)
+
+    asyncio.run(scenario())
+
+    job = job_row(clean_db, job_id)
+    assert job["state"] == "RETRY_SCHEDULED"
+    assert job["last_error"] == {"reason": "released_on_shutdown"}
+    assert job["attempt"] == 1 and job["lease_until"] is None
+    assert rows(clean_db, "SELECT outcome FROM job_attempts") == [("released",)]
