@@ -63,34 +63,35 @@ def config(synthesized: Synthesized) -> StageConfig:
     return synthesized.config
 
 
+def _template(stack: Any) -> dict[str, Any]:
+    """A synthesized stack's CloudFormation, as the dict the template tests read."""
+    template: dict[str, Any] = Template.from_stack(stack).to_json()
+    return template
+
+
 @pytest.fixture(scope="session")
 def data_template(synthesized: Synthesized) -> dict[str, Any]:
-    template: dict[str, Any] = Template.from_stack(synthesized.data_stack).to_json()
-    return template
+    return _template(synthesized.data_stack)
 
 
 @pytest.fixture(scope="session")
 def delivery_template(synthesized: Synthesized) -> dict[str, Any]:
-    template: dict[str, Any] = Template.from_stack(synthesized.delivery_stack).to_json()
-    return template
+    return _template(synthesized.delivery_stack)
 
 
 @pytest.fixture(scope="session")
 def api_template(synthesized: Synthesized) -> dict[str, Any]:
-    template: dict[str, Any] = Template.from_stack(synthesized.api_stack).to_json()
-    return template
+    return _template(synthesized.api_stack)
 
 
 @pytest.fixture(scope="session")
 def pipeline_template(synthesized: Synthesized) -> dict[str, Any]:
-    template: dict[str, Any] = Template.from_stack(synthesized.pipeline_stack).to_json()
-    return template
+    return _template(synthesized.pipeline_stack)
 
 
 @pytest.fixture(scope="session")
 def worker_template(synthesized: Synthesized) -> dict[str, Any]:
-    template: dict[str, Any] = Template.from_stack(synthesized.worker_stack).to_json()
-    return template
+    return _template(synthesized.worker_stack)
 
 
 @pytest.fixture(scope="session")
