@@ -44,14 +44,20 @@ def _database_url(data_dir: Path) -> str:
 @local_app.command("up")
 def local_up(
     port: Annotated[int, typer.Option(help="Port of the API on 127.0.0.1.")] = 8080,
+    erp_port: Annotated[int, typer.Option(help="Port of the demo ERP webhook receiver on 127.0.0.1.")] = 8081,
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
     """Run the system in the foreground until Ctrl-C."""
     from tollgate.local.runtime import LocalStack
 
-    stack = LocalStack(port=port, data_dir=data_dir).start()
+    stack = LocalStack(port=port, erp_port=erp_port, data_dir=data_dir).start()
+    assert stack.erp is not None
     console.print(
         f"Tollgate is up: API at [bold]{stack.api_url}[/bold] (OpenAPI at {stack.api_url}/openapi.json)"
+    )
+    console.print(
+        f"Demo ERP receiver at [bold]{stack.erp.url}[/bold]: register {stack.erp.url}/<any path> as a "
+        "webhook endpoint and it verifies each delivery with that endpoint's secret."
     )
     console.print("Create a tenant with `tollgate tenants create NAME`. Ctrl-C stops everything.")
     stopped = threading.Event()

@@ -1,6 +1,7 @@
-"""Issue-level story on the whole local system: a job completes and its webhook is verified; a message
-that kept failing lands in the DLQ while its job runs out of attempts; `tollgate dlq redrive` brings it back
-to a completed job with an audit row; a stale dead letter of a finished job is discarded with the reason."""
+"""Issue-level story on the whole local system: a job completes and its webhook is verified by the demo ERP;
+a message that kept failing lands in the DLQ while its job runs out of attempts; `tollgate dlq redrive` brings
+it back to a completed job with an audit row; a stale dead letter of a finished job is discarded with the
+reason."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from tollgate.local.client import ApiClient
 from tollgate.local.runtime import LocalStack
 from tollgate.samples import SUPPLIERS, generate_invoices, request_body
 from tollgate.suppliers import add_supplier
-from tollgate.webhooks.receiver import WebhookReceiver
 
 pytestmark = pytest.mark.e2e
 
@@ -82,9 +82,9 @@ def test_webhook_dlq_and_redrive_story(stack):
     for supplier in SUPPLIERS:
         add_supplier(db, tenant.tenant_id, supplier.name, supplier.iban, new_id)
     client = ApiClient(stack.api_url, tenant.api_key)
-    endpoint = client.request("POST", "/webhook-endpoints", json_body={"url": "http://127.0.0.1:9/x"}).json
-    receiver = WebhookReceiver(endpoint["secret"]).start()
-    client.request("PATCH", f"/webhook-endpoints/{endpoint['endpoint_id']}", json_body={"url": receiver.url})
+    # The standing demo ERP of `tollgate local up` verifies with the secret the endpoint was registered with.
+    client.request("POST", "/webhook-endpoints", json_body={"url": f"{stack.erp.url}/story"})
+    receiver = stack.erp.receiver
     first, second = generate_invoices(2, seed=5, kinds=["clean"])
 
     # A job runs to its end and its signed webhook is verified by the receiver.
@@ -136,5 +136,4 @@ def test_webhook_dlq_and_redrive_story(stack):
     assert dlq_depth(stack) == 0
     shown = cli(stack, "jobs", "show", stuck)
     assert shown.returncode == 0 and "throttled" in shown.stdout and "database grant restored" in shown.stdout
-    receiver.stop()
     assert json.loads(receiver.accepted[0].body)["data"]["job_id"] == done

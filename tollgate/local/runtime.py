@@ -23,6 +23,7 @@ from tollgate.db.migrations import apply_migrations
 from tollgate.limiter.dynamodb import create_limiter_table, serialize_moto_dynamodb
 from tollgate.llm.simulator import Latency, SimulatedProvider, SimulatorConfig
 from tollgate.local.aws import JobsQueues, LocalAws, create_documents_bucket, create_jobs_queues
+from tollgate.local.erp import DemoErp
 from tollgate.local.gateway import LocalGateway
 from tollgate.local.loops import Loop
 from tollgate.local.postgres import server_url
@@ -71,6 +72,9 @@ LOCAL_SIMULATOR = SimulatorConfig(
 @dataclass
 class LocalStack:
     port: int = 8080
+    # The demo ERP's port; 0 picks a free one (tests), `tollgate local up` asks for 8081.
+    erp_port: int = 0
+    erp: DemoErp | None = None
     data_dir: Path = DEFAULT_DATA_DIR
     api_overrides: dict[str, Any] = field(default_factory=dict)
     database_url: str = ""
@@ -149,6 +153,8 @@ class LocalStack:
         self.gateway.start()
         self._closers.append(self.gateway.stop)
         if self.pipeline:
+            self.erp = DemoErp(self.system_db, port=self.erp_port).start()
+            self._closers.append(self.erp.stop)
             self._start_pipeline(url, relay_wake)
             self._write_discovery()
         return self
@@ -161,6 +167,7 @@ class LocalStack:
         path.parent.mkdir(parents=True, exist_ok=True)
         facts = {
             "api_url": self.api_url,
+            "erp_url": self.erp.url if self.erp else None,
             "aws_endpoint_url": self.aws.endpoint_url,
             "jobs_queue_url": self.queues.url,
             "jobs_dlq_url": self.queues.dlq_url,

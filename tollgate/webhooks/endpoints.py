@@ -122,6 +122,22 @@ def create_endpoint(deps: EndpointDeps, tenant_id: UUID, request: EndpointCreate
     return EndpointWithSecret(**_view(row).model_dump(), secret=secret)
 
 
+def signing_secrets_for_url(db: Database, url: str, now: datetime) -> list[str]:
+    """Every secret that may sign a delivery to ``url`` now, across tenants (system role): what a receiver
+    shared by several endpoints, such as the local system's demo ERP, needs to verify them."""
+    with db.transaction() as conn:
+        rows = conn.execute(db.q.signing_secrets_for_url, {"url": url}).fetchall()
+    secrets = [row["secret"] for row in rows]
+    secrets += [
+        row["previous_secret"]
+        for row in rows
+        if row["previous_secret"]
+        and row["previous_secret_expires_at"]
+        and row["previous_secret_expires_at"] > now
+    ]
+    return secrets
+
+
 def list_endpoints(db: Database, tenant_id: UUID) -> EndpointList:
     with db.transaction(tenant_id) as conn:
         rows = conn.execute(db.q.list_endpoints, {"tenant_id": tenant_id}).fetchall()

@@ -14,7 +14,7 @@ import hashlib
 import hmac
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,6 +23,9 @@ from typing import Any
 from tollgate.clock import Clock, SystemClock
 
 MAX_BODY_BYTES = 1024 * 1024
+
+# Given a request's path, the secrets its endpoint may have signed with (none: an unknown endpoint).
+Keyring = Callable[[str], Sequence[str]]
 
 
 @dataclass(frozen=True)
@@ -51,18 +54,25 @@ class Reply:
 class WebhookReceiver:
     def __init__(
         self,
-        secrets: str | Sequence[str],
+        secrets: str | Sequence[str] | Keyring,
         *,
         host: str = "127.0.0.1",
         port: int = 0,
         tolerance: timedelta = timedelta(minutes=5),
         remember_ids_for: timedelta = timedelta(hours=48),
         clock: Clock | None = None,
+        on_reply: Callable[[str, Reply], None] | None = None,
     ) -> None:
-        listed = [secrets] if isinstance(secrets, str) else list(secrets)
-        if not listed:
-            raise ValueError("a receiver needs at least one secret")
-        self._keys = [_key(secret) for secret in listed]
+        self._on_reply = on_reply or (lambda _path, _reply: None)
+        if callable(secrets):
+            self._keyring: Keyring = secrets
+        else:
+            listed = [secrets] if isinstance(secrets, str) else list(secrets)
+            if not listed:
+                raise ValueError("a receiver needs at least one secret")
+            for secret in listed:
+                _key(secret)  # a malformed secret is refused here, not on the first request
+            self._keyring = lambda _path: listed
         self._tolerance = tolerance
         # The tolerance alone would stop a captured request being replayed, but a sender's own retry comes
         # with a fresh timestamp hours later (the schedule spans about 28 h), so ids must outlive it.
@@ -120,6 +130,11 @@ class WebhookReceiver:
 
     def receive(self, path: str, headers: dict[str, str], body: bytes) -> Reply:
         """Judges one delivery; the HTTP handler only moves bytes in and out of this."""
+        reply = self._judge(path, headers, body)
+        self._on_reply(path, reply)
+        return reply
+
+    def _judge(self, path: str, headers: dict[str, str], body: bytes) -> Reply:
         now = self._clock.now()
         lowered = {name.lower(): value for name, value in headers.items()}
         webhook_id = lowered.get("webhook-id")
@@ -135,7 +150,12 @@ class WebhookReceiver:
             return self._reject("stale_timestamp", 400, webhook_id)
         if -skew > self._tolerance.total_seconds():
             return self._reject("future_timestamp", 400, webhook_id)
-        if not self._signature_matches(webhook_id, timestamp, body, signatures):
+        known = self._keyring(path)
+        if not known:
+            return self._reject("unknown_endpoint", 404, webhook_id)
+        if not self._signature_matches(
+            [_key(secret) for secret in known], webhook_id, timestamp, body, signatures
+        ):
             return self._reject("bad_signature", 401, webhook_id)
 
         with self._lock:
@@ -148,9 +168,12 @@ class WebhookReceiver:
             self._accepted.append(ReceivedWebhook(webhook_id, sent_at, path, lowered, body, now))
         return Reply(200, {"status": "accepted", "webhook_id": webhook_id})
 
-    def _signature_matches(self, webhook_id: str, timestamp: str, body: bytes, header: str) -> bool:
+    @staticmethod
+    def _signature_matches(
+        keys: Sequence[bytes], webhook_id: str, timestamp: str, body: bytes, header: str
+    ) -> bool:
         content = webhook_id.encode() + b"." + timestamp.encode() + b"." + body
-        computed = [base64.b64encode(hmac.new(key, content, hashlib.sha256).digest()) for key in self._keys]
+        computed = [base64.b64encode(hmac.new(key, content, hashlib.sha256).digest()) for key in keys]
         found = False
         for entry in header.split(" "):
             version, _, value = entry.partition(",")

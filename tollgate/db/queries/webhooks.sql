@@ -124,3 +124,9 @@ RETURNING consecutive_failures, first_failure_at, auth_failures
 UPDATE webhook_endpoints
 SET enabled = false, disabled_reason = %(reason)s, updated_at = %(now)s
 WHERE endpoint_id = %(endpoint_id)s AND enabled
+
+-- name: signing_secrets_for_url
+-- The demo ERP receiver of the local system learns the secrets of endpoints registered at its own URLs.
+SELECT secret, previous_secret, previous_secret_expires_at
+FROM webhook_endpoints
+WHERE url = %(url)s AND deleted_at IS NULL
