@@ -37,7 +37,10 @@ def _wait_for_line(process: subprocess.Popen, pattern: str, timeout: float) -> s
 def test_local_up_on_embedded_postgres_serves_and_stops_cleanly_on_ctrl_c(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "tollgate.cli", "local", "up", "--port", "0", "--data-dir", str(tmp_path)],
+        [
+            *(sys.executable, "-m", "tollgate.cli", "local", "up"),
+            *("--port", "0", "--erp-port", "0", "--data-dir", str(tmp_path)),
+        ],
         env={**env, "COLUMNS": "200"},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -46,6 +49,8 @@ def test_local_up_on_embedded_postgres_serves_and_stops_cleanly_on_ctrl_c(tmp_pa
     try:
         line = _wait_for_line(process, r"API at http://127\.0\.0\.1:\d+", timeout=120)
         url = re.search(r"http://127\.0\.0\.1:\d+", line).group(0)
+        line = _wait_for_line(process, r"Demo ERP receiver at http://127\.0\.0\.1:\d+", timeout=10)
+        erp_url = re.search(r"http://127\.0\.0\.1:\d+", line).group(0)
         started = {p.pid for p in psutil.Process(process.pid).children(recursive=True)}
         embedded = [
             p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])
@@ -53,6 +58,8 @@ def test_local_up_on_embedded_postgres_serves_and_stops_cleanly_on_ctrl_c(tmp_pa
 
         response = ApiClient(url).request("GET", "/openapi.json", auth=False)
         assert response.status == 200
+        unsigned = ApiClient(erp_url).request("POST", "/acme", json_body={}, auth=False)
+        assert (unsigned.status, unsigned.json) == (400, {"error": "missing_headers"})
 
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=60) == 0
