@@ -14,7 +14,6 @@ import itertools
 import json
 import multiprocessing
 import os
-import platform
 import pstats
 import random
 import re
@@ -44,6 +43,7 @@ from pydantic import SecretStr
 from rich.console import Console
 from rich.table import Table
 
+from bench.machine import command_line, describe_machine, load_average, write_json
 from tollgate.api.app import create_app, handle
 from tollgate.auth import ApiKeyResolver, create_tenant
 from tollgate.authorizer import authorize_request
@@ -308,13 +308,6 @@ def integrity_ok(integrity: dict[str, int]) -> bool:
     return (
         integrity["found"] == integrity["sent"] and not integrity["missing"] and not integrity["wrong_tenant"]
     )
-
-
-def server_facts(db_url: str) -> dict[str, str]:
-    with psycopg.connect(db_url, row_factory=dict_row) as conn:
-        row = conn.execute(bench_queries().server_facts).fetchone()
-    assert row is not None
-    return {key: str(value) for key, value in row.items()}
 
 
 # ------------------------------------------------------------------------------------------- baseline
@@ -829,30 +822,9 @@ class Bench:
 
 
 def machine_info(db: ScratchDatabase) -> dict[str, Any]:
-    cpu_model = ""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                cpu_model = line.split(":", 1)[1].strip()
-                break
-    return {
-        "cpu_count": os.cpu_count(),
-        "cpu_model": cpu_model,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "python_implementation": platform.python_implementation(),
-        "postgres": server_facts(db.url),
-        "database": db.source,
-        "aws": "moto server on 127.0.0.1, in the benchmark process",
-        # Other work on a small machine moves every figure; the load average before the run says whether
-        # there was any (the one after includes the run's own).
-        "load_average_before": load_average(),
-    }
-
-
-def load_average() -> list[float] | None:
-    return list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    return describe_machine(
+        db_url=db.url, database=db.source, aws="moto server on 127.0.0.1, in the benchmark process"
+    )
 
 
 # ---------------------------------------------------------------------------------------------- output
@@ -936,14 +908,6 @@ def print_report(console: Console, rows: list[Row], cold: dict[str, Any]) -> Non
     console.print(imports)
 
 
-def write_json(path: Path, document: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Written beside and renamed, so a run cut short never leaves half a file for a later comparison.
-    partial = path.with_suffix(path.suffix + ".tmp")
-    partial.write_text(json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8")
-    partial.replace(path)
-
-
 # ------------------------------------------------------------------------------------------------ main
 
 
@@ -1021,6 +985,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     document = {
         "schema": SCHEMA,
+        "command": command_line("bench.acceptance", argv),
         "started_at": started.isoformat(),
         "duration_s": (time.perf_counter_ns() - clock_start) / 1e9,
         "machine": machine,

@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from bench.machine import command_line, describe_machine, load_average, write_json
 from tollgate.extraction.accuracy import AccuracyReport, compare_invoice
 from tollgate.extraction.prompt import PROMPT_VERSION, build_messages
 from tollgate.extraction.schema import SCHEMA_NAME, Invoice, response_format
@@ -304,18 +305,20 @@ def print_report(console: Console, document: dict[str, Any]) -> None:
     console.print(f"Field accuracy {_percent(accuracy['field_accuracy'])}; outcomes: {outcomes}")
 
 
-def write_json(path: Path, document: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".json.partial")
-    partial.write_text(json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8")
-    partial.replace(path)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(argv)
     # Piped output still gets whole tables rather than 80 squeezed columns.
     console = Console(width=None if sys.stdout.isatty() else 120)
+    # No database here; the machine matters for the latency figures only, and only with the simulator.
+    machine = describe_machine()
     document = run(config, console)
+    machine["load_average_after"] = load_average()
+    document = {
+        "schema": document.pop("schema"),
+        "command": command_line("bench.accuracy", argv),
+        "machine": machine,
+        **document,
+    }
     write_json(config.output, document)
     print_report(console, document)
     console.print(f"Report written to {config.output} in {document['duration_s']:.1f} s")

@@ -17,9 +17,7 @@ This is a report, not a test: targets are printed next to the figures, never ass
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import random
 import secrets
 import signal
@@ -48,6 +46,7 @@ from pydantic import SecretStr
 from rich.console import Console
 from rich.table import Table
 
+from bench.machine import command_line, describe_machine, load_average, write_json
 from tollgate.acceptance.models import CreateJobRequest
 from tollgate.acceptance.service import AcceptanceDeps, accept_job
 from tollgate.auth import create_tenant
@@ -693,24 +692,14 @@ def print_report(console: Console, config: Config, results: list[ScenarioResult]
     )
 
 
-def write_json(path: Path, document: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(path.suffix + ".tmp")
-    partial.write_text(json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8")
-    partial.replace(path)
-
-
-def machine_info(db_source: str) -> dict[str, Any]:
-    return {
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "database": db_source,
-        "aws": "moto server on 127.0.0.1 in a child process (DynamoDB requests serialized, as real "
+def machine_info(env: Environment) -> dict[str, Any]:
+    return describe_machine(
+        db_url=env.db_url,
+        database=env.db_source,
+        aws="moto server on 127.0.0.1 in a child process (DynamoDB requests serialized, as real "
         "DynamoDB applies each conditional write atomically)",
-        "provider": "simulated OpenAI-compatible provider on 127.0.0.1 in the benchmark process",
-        "load_average_before": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-    }
+        provider="simulated OpenAI-compatible provider on 127.0.0.1 in the benchmark process",
+    )
 
 
 # -------------------------------------------------------------------------------------------------- main
@@ -778,7 +767,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tempfile.TemporaryDirectory(prefix="tollgate-drain-") as logs,
         environment(config.light_tenants) as env,
     ):
-        machine = machine_info(env.db_source)
+        machine = machine_info(env)
         for scenario in config.scenarios:
             console.print(f"[bold]{scenario.title}[/bold]")
             log_dir = Path(logs) / scenario.key
@@ -796,10 +785,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"    {result.jobs_per_s:.2f} jobs/s ({result.share_of_capacity:.0%} of capacity), "
                 f"{result.rejected_share:.1%} refused, max in flight {result.provider_max_in_flight}"
             )
-        machine["load_average_after"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+        machine["load_average_after"] = load_average()
 
     document = {
         "schema": SCHEMA,
+        "command": command_line("bench.drain", argv),
         "started_at": started.isoformat(),
         "duration_s": time.monotonic() - clock_start,
         "machine": machine,

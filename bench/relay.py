@@ -37,9 +37,9 @@ and floor and relay rows see the same growth, since each starts from an empty qu
 
 JSON (``bench/results/relay.json``, schema ``tollgate.bench.relay/v1``):
 
-    schema, started_at, duration_s
-    machine:    cpu_count, cpu_model, platform, python, postgres {...}, database, aws,
-                load_average_before, load_average_after
+    schema, command, started_at, duration_s
+    machine:    cpu_count, cpu_model, memory_bytes, platform, python, postgres {...}, database, aws,
+                code_commit, load_average_before, load_average_after
     config:     events, rounds, tenants, ..., relay_settings, rows {row: description}
     phases_s:   {phase: seconds}
     throughput: [ {name, kind (floor|relay), concurrency, per_s {median, min, max},
@@ -87,14 +87,13 @@ from bench.acceptance import (
     Phases,
     ScratchDatabase,
     count_accepted_work,
-    load_average,
     machine_info,
     percentile_table,
     reset_accepted_work,
     run_concurrently,
     scratch_database,
-    write_json,
 )
+from bench.machine import command_line, load_average, write_json
 from tollgate.auth import create_tenant
 from tollgate.clock import new_id
 from tollgate.db import Database, build_database, load_queries
@@ -1069,6 +1068,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     document = {
         "schema": SCHEMA,
+        "command": command_line("bench.relay", argv),
         "started_at": started.isoformat(),
         "duration_s": time.perf_counter() - clock_start,
         "machine": machine,
