@@ -12,6 +12,8 @@ _armed: frozenset[str] = frozenset()
 
 AFTER_PROVIDER_RESPONSE = "after_provider_response"
 BEFORE_SQS_DELETE = "before_sqs_delete"
+# The relay published a batch but has not marked it published: the next relay sends it again.
+RELAY_AFTER_PUBLISH = "relay_after_publish"
 
 
 def arm(names: frozenset[str]) -> None:

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from tollgate.clock import Clock
 from tollgate.db import Database
+from tollgate.faults import RELAY_AFTER_PUBLISH, crashpoint
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -153,6 +154,7 @@ def relay_batch(deps: RelayDeps) -> RelayReport:
             report.unroutable += 1
     for event_type, events in by_route.items():
         outcome.update(deps.routes[event_type].publish(events))
+    crashpoint(RELAY_AFTER_PUBLISH)  # sent, not yet marked: the republish window
 
     confirmed = [event_id for event_id, error in outcome.items() if error is None]
     with deps.db.transaction() as conn:
