@@ -22,3 +22,9 @@ def test_running_is_the_only_way_to_a_result():
     for state in (JobState.SUCCEEDED, JobState.REVIEW_REQUIRED):
         sources = {s for s, targets in TRANSITIONS.items() if state in targets}
         assert sources == {JobState.RUNNING}
+
+
+def test_a_job_that_waited_past_its_deadline_can_fail_without_having_run():
+    # The scheduler's deadline expiry moves READY and RETRY_SCHEDULED jobs to FAILED_TERMINAL directly.
+    assert can_transition(JobState.READY, JobState.FAILED_TERMINAL)
+    assert can_transition(JobState.RETRY_SCHEDULED, JobState.FAILED_TERMINAL)

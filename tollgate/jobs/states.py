@@ -27,7 +27,8 @@ UNFINISHED_STATES = frozenset(JobState) - TERMINAL_STATES
 # Terminal states never change again, except by an audited redrive (support CLI), which is not a transition
 # of the state machine but a new attempt budget recorded with who and why.
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    JobState.READY: frozenset({JobState.RUNNING, JobState.CANCELLED}),
+    # A job still waiting when its deadline passes ends FAILED_TERMINAL (the scheduler), never having run.
+    JobState.READY: frozenset({JobState.RUNNING, JobState.CANCELLED, JobState.FAILED_TERMINAL}),
     JobState.RUNNING: frozenset(
         {JobState.SUCCEEDED, JobState.REVIEW_REQUIRED, JobState.RETRY_SCHEDULED, JobState.FAILED_TERMINAL}
     ),
