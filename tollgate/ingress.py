@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from tollgate.clock import Clock
 from tollgate.db import Database
 from tollgate.faults import BEFORE_SQS_DELETE, crashpoint
+from tollgate.observability import log_context, trace_keys
 from tollgate.outbox import OutboxEvent
 
 if TYPE_CHECKING:
@@ -109,28 +110,29 @@ def ingest_once(deps: IngressDeps) -> IngressReport:
         MaxNumberOfMessages=deps.max_messages,
         WaitTimeSeconds=deps.wait_seconds,
         MessageSystemAttributeNames=["ApproximateReceiveCount"],
+        MessageAttributeNames=["traceparent"],
     )
     messages: list[Any] = response.get("Messages", [])
     report = IngressReport(received=len(messages))
     done: list[dict[str, str]] = []
     for message in messages:
-        try:
-            outcome = record_event(deps.db, deps.clock, message["Body"], message["MessageId"])
-        except Exception:
-            report.failed += 1
-            logger.exception(
-                "message not taken in; it stays on the queue",
-                extra={
-                    "message_id": message["MessageId"],
-                    "receive_count": message.get("Attributes", {}).get("ApproximateReceiveCount"),
-                },
-            )
-            deps.sqs.change_message_visibility(
-                QueueUrl=deps.queue_url,
-                ReceiptHandle=message["ReceiptHandle"],
-                VisibilityTimeout=deps.failure_visibility_seconds,
-            )
-            continue
+        traceparent = message.get("MessageAttributes", {}).get("traceparent", {}).get("StringValue")
+        with log_context(message_id=message["MessageId"], **trace_keys(traceparent)):
+            try:
+                outcome = record_event(deps.db, deps.clock, message["Body"], message["MessageId"])
+            except Exception:
+                report.failed += 1
+                logger.exception(
+                    "message not taken in; it stays on the queue",
+                    extra={"receive_count": message.get("Attributes", {}).get("ApproximateReceiveCount")},
+                )
+                deps.sqs.change_message_visibility(
+                    QueueUrl=deps.queue_url,
+                    ReceiptHandle=message["ReceiptHandle"],
+                    VisibilityTimeout=deps.failure_visibility_seconds,
+                )
+                continue
+            logger.debug("message taken in", extra={"outcome": outcome.value})
         report.outcomes[outcome] += 1
         done.append({"Id": str(len(done)), "ReceiptHandle": message["ReceiptHandle"]})
     if done:

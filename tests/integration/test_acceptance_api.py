@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
@@ -242,3 +243,32 @@ def test_concurrent_requests_of_different_tenants_are_never_mixed_up(make_tenant
         owners = dict(conn.execute("SELECT job_id::text, tenant_id FROM extraction_jobs").fetchall())
     assert len(owners) == 40
     assert all(owners[response.json["job_id"]] == tenant.tenant_id for tenant, response in results)
+
+
+def _trace_contexts(url):
+    with psycopg.connect(url) as conn:
+        return conn.execute(
+            "SELECT j.idempotency_key, j.trace_context, o.trace_context FROM extraction_jobs j"
+            " JOIN outbox_events o ON o.aggregate_id = j.job_id ORDER BY j.created_at"
+        ).fetchall()
+
+
+def test_every_job_gets_a_trace_the_callers_the_gateways_or_a_new_one(tenant, clean_db):
+    callers = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    tenant.client.submit(invoice_request(), "with-traceparent", headers={"traceparent": callers})
+    tenant.client.submit(
+        invoice_request(text="second"),
+        "with-xray",
+        headers={
+            "X-Amzn-Trace-Id": "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+        },
+    )
+    tenant.client.submit(invoice_request(text="third"), "with-nothing", headers={"traceparent": "garbage"})
+
+    stored = {key: (job, event) for key, job, event in _trace_contexts(clean_db)}
+
+    assert stored["with-traceparent"] == (callers, callers)
+    assert stored["with-xray"][0] == "00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01"
+    fresh, event = stored["with-nothing"]
+    assert fresh == event and re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-01", fresh)
+    assert fresh.split("-")[1] not in {callers.split("-")[1], "5759e988bd862e3fe1be46a994272793"}

@@ -48,13 +48,13 @@ from tollgate.errors import (
     ValidationFailed,
 )
 from tollgate.jobs.states import JobState
+from tollgate.observability import log_context, trace_for_request
 from tollgate.webhooks.deliveries import ReplayDeps
 from tollgate.webhooks.endpoints import EndpointDeps
 
 logger = Logger(service="tollgate-api")
 
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
-TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 JSON_CONTENT_TYPE = re.compile(r"^application/json\s*(;.*)?$", re.IGNORECASE)
 # The JSON envelope around a document (keys, quotes, escapes) on top of the document's own limit.
 ENVELOPE_ALLOWANCE = 64 * 1024
@@ -134,9 +134,13 @@ def create_app(deps: ApiDeps) -> APIGatewayRestResolver:
             raise MissingIdempotencyKey("send an Idempotency-Key header, unique per logical request")
         if not IDEMPOTENCY_KEY.match(idempotency_key):
             raise InvalidRequest("the Idempotency-Key must be 1 to 255 visible ASCII characters")
-        trace = traceparent if traceparent and TRACEPARENT.match(traceparent) else None
-        accepted = accept_job(deps.acceptance, tenant_id(), idempotency_key, request, trace)
+        trace = trace_for_request(traceparent, app.current_event.headers.get("X-Amzn-Trace-Id"))
+        accepted = accept_job(deps.acceptance, tenant_id(), idempotency_key, request, trace.traceparent)
         job = accepted.job
+        logger.info(
+            "job accepted",
+            extra={"job_id": str(job.job_id), "replayed": accepted.replayed, "trace_id": trace.trace_id},
+        )
         headers = {"Location": job.links.self}
         if accepted.replayed:
             headers["Idempotent-Replayed"] = "true"
@@ -295,7 +299,11 @@ def handle(app: APIGatewayRestResolver, deps: ApiDeps, event: dict[str, Any], co
     refusal = precheck(event, deps.max_request_bytes)
     if refusal is not None:
         return _raw(refusal)
-    result: dict[str, Any] = app.resolve(event, context)
+    request = event.get("requestContext") or {}
+    with log_context(
+        tenant_id=(request.get("authorizer") or {}).get("tenant_id"), request_id=request.get("requestId")
+    ):
+        result: dict[str, Any] = app.resolve(event, context)
     return result
 
 
