@@ -1,34 +1,63 @@
-"""Where numbers go: CloudWatch through Powertools' embedded metric format, or a list in tests.
+"""Where numbers go: CloudWatch through Powertools' embedded metric format, or a dictionary in tests.
 
 Job ids, tenants, attempts and fences are log keys, never metric dimensions (each distinct dimension value
-is a separate, billed metric).
+is a separate, billed metric). Names are constants here, so the code that counts and the CDK alarms that
+watch (stacks/constructs) cannot drift apart unnoticed: a test compares them.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Protocol
 
 from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
+# The worker (service tollgate-worker): one per request sent to the provider, and per 429 answer.
+PROVIDER_CALLS = "ProviderCalls"
+PROVIDER_THROTTLED = "ProviderThrottled"
+# The webhook attempt Lambda (service tollgate-webhook-attempt).
+DELIVERY_ATTEMPTS_FAILED = "DeliveryAttemptsFailed"
+DELIVERIES_GAVE_UP = "DeliveriesGaveUp"
+ENDPOINTS_DISABLED = "EndpointsDisabled"
+
 
 class MetricsSink(Protocol):
     def gauge(self, name: str, value: float, unit: str = "Count") -> None: ...
+
+    def count(self, name: str, value: int = 1) -> None: ...
 
 
 class PowertoolsMetrics:
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
+        self._pending = False
 
     def gauge(self, name: str, value: float, unit: str = "Count") -> None:
         self._metrics.add_metric(name=name, unit=MetricUnit(unit), value=value)
+        self._pending = True
+
+    def count(self, name: str, value: int = 1) -> None:
+        self._metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+        self._pending = True
+
+    def flush(self) -> None:
+        """Writes what was added since the last flush as one EMF line (nothing when nothing was added). A
+        long-running process calls this periodically; a Lambda handler has ``log_metrics`` do it."""
+        if self._pending:
+            self._pending = False
+            self._metrics.flush_metrics()
 
 
 class RecordedMetrics:
-    """Keeps the last value of each metric; for tests and the local stack's console."""
+    """Keeps the last value of each gauge and the sum of each count; for tests and the local stack."""
 
     def __init__(self) -> None:
         self.values: dict[str, float] = {}
+        self.counts: Counter[str] = Counter()
 
     def gauge(self, name: str, value: float, unit: str = "Count") -> None:
         self.values[name] = value
+
+    def count(self, name: str, value: int = 1) -> None:
+        self.counts[name] += value

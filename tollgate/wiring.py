@@ -21,7 +21,7 @@ from tollgate.jobs.retry import RetryPolicy
 from tollgate.limiter import Limiter
 from tollgate.limiter.factory import build_limiter
 from tollgate.llm.client import LlmClient, OpenAIExtractor
-from tollgate.metrics import MetricsSink
+from tollgate.metrics import MetricsSink, RecordedMetrics
 from tollgate.nudge import LambdaNudger, NoNudge, Nudger
 from tollgate.outbox import RelayDeps, SqsFifoPublisher
 from tollgate.scheduling import SchedulerDeps
@@ -129,6 +129,8 @@ def build_execution(
     llm: LlmClient | None = None,
     limiter: Limiter | None = None,
     nudger: Nudger | None = None,
+    *,
+    metrics: MetricsSink | None = None,
 ) -> ExecutionDeps:
     clock = SystemClock()
     if llm is None:
@@ -154,6 +156,7 @@ def build_execution(
         heartbeat_seconds=settings.heartbeat_seconds,
         max_output_tokens=settings.max_output_tokens,
         nudger=nudger or _relay_nudger(settings.relay_function_name),
+        metrics=metrics or RecordedMetrics(),
     )
 
 
@@ -166,7 +169,9 @@ def worker_config(settings: WorkerSettings) -> WorkerConfig:
     )
 
 
-def build_webhook_attempts(settings: WebhookAttemptSettings, db: Database | None = None) -> AttemptDeps:
+def build_webhook_attempts(
+    settings: WebhookAttemptSettings, db: Database | None = None, metrics: MetricsSink | None = None
+) -> AttemptDeps:
     sender = WebhookSender(
         allow_private_targets=settings.webhooks_allow_private_targets,
         limits=SenderLimits(
@@ -182,6 +187,7 @@ def build_webhook_attempts(settings: WebhookAttemptSettings, db: Database | None
         jitter=random.uniform,
         time_scale=settings.delivery_time_scale,
         disable_after=timedelta(days=settings.endpoint_disable_after_days),
+        metrics=metrics or RecordedMetrics(),
     )
 
 

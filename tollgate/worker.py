@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from aws_lambda_powertools import Logger
 
 from tollgate.ingress import IngressDeps, IngressOutcome, ingest_once
-from tollgate.jobs.execution import ExecutionDeps, run_attempt
+from tollgate.jobs.execution import ExecutionDeps, job_log_keys, run_attempt
 from tollgate.jobs.leasing import ClaimedJob, claim_next_job, release_job
+from tollgate.observability import log_context
 
 logger = Logger(service="tollgate-worker", child=True)
 
@@ -27,6 +28,8 @@ class WorkerConfig:
     tenant_cap: int
     idle_seconds: float
     drain_seconds: float
+    # How often counted metrics are written out (CloudWatch aggregates them per minute anyway).
+    metrics_flush_seconds: float = 60.0
 
 
 async def _wait(event: asyncio.Event, timeout: float) -> None:
@@ -84,15 +87,23 @@ async def _run_slot(
 
 
 async def _run_guarded(deps: ExecutionDeps, job: ClaimedJob) -> None:
-    try:
-        await run_attempt(deps, job)
-    except asyncio.CancelledError:
-        # Shutdown ran out of time: hand the job back rather than leave it to the lease reaper.
-        await asyncio.to_thread(release_job, deps.db, deps.clock, job)
-        raise
-    except Exception:
-        # The lease reaper retries the job; this slot goes on.
-        logger.exception("attempt failed unexpectedly", extra={"job_id": str(job.job_id)})
+    # Each slot is its own task, so these keys stay on this attempt's lines, threads it starts included.
+    with log_context(**job_log_keys(job)):
+        try:
+            await run_attempt(deps, job)
+        except asyncio.CancelledError:
+            # Shutdown ran out of time: hand the job back rather than leave it to the lease reaper.
+            await asyncio.to_thread(release_job, deps.db, deps.clock, job)
+            raise
+        except Exception:
+            # The lease reaper retries the job; this slot goes on.
+            logger.exception("attempt failed unexpectedly")
+
+
+async def _flush_metrics(flush: Callable[[], None], interval: float, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        await _wait(stop, interval)
+        flush()
 
 
 async def run_worker(
@@ -101,9 +112,12 @@ async def run_worker(
     config: WorkerConfig,
     stop: asyncio.Event,
     on_activity: Callable[[], None] = lambda: None,
+    *,
+    flush_metrics: Callable[[], None] = lambda: None,
 ) -> None:
     wake = asyncio.Event()
     ingress_task = asyncio.create_task(run_ingress(ingress, stop, wake, on_activity))
+    flusher = asyncio.create_task(_flush_metrics(flush_metrics, config.metrics_flush_seconds, stop))
     slots = [
         asyncio.create_task(_run_slot(execution, config, stop, wake, on_activity))
         for _ in range(config.slots)
@@ -115,3 +129,5 @@ async def run_worker(
         task.cancel()
     await asyncio.gather(*unfinished, return_exceptions=True)
     await asyncio.gather(ingress_task, return_exceptions=True)
+    await asyncio.gather(flusher, return_exceptions=True)
+    flush_metrics()  # once more after the drain: a worker scaled in still reports what it counted

@@ -159,6 +159,7 @@ def test_a_429_storm_exhausts_the_attempts_and_fails_with_the_history(
     assert ends[-1] is AttemptEnd.FAILED_TERMINAL and set(ends[:-1]) == {AttemptEnd.RETRY_SCHEDULED}
     assert rows(clean_db, "SELECT DISTINCT outcome FROM job_attempts") == [("throttled",)]
     assert job_row(clean_db, job_id)["last_error"]["reason"] == "attempts_exhausted"
+    assert deps.metrics.counts == {"ProviderCalls": 5, "ProviderThrottled": 5}
 
 
 def test_an_arithmetic_mistake_goes_to_review(known_tenant, system_db, simulator, clean_db):

@@ -39,7 +39,9 @@ from tollgate.jobs.retry import Jitter, RetryPolicy, next_attempt_at
 from tollgate.jobs.states import JobState
 from tollgate.limiter.base import Denied, Limiter, LimiterUnavailable, Outcome, Permit, Reservation
 from tollgate.llm.client import LlmClient, LlmResult, OutcomeClass
+from tollgate.metrics import PROVIDER_CALLS, PROVIDER_THROTTLED, MetricsSink, RecordedMetrics
 from tollgate.nudge import NoNudge, Nudger
+from tollgate.observability import trace_keys
 
 logger = Logger(service="tollgate-worker", child=True)
 
@@ -84,6 +86,7 @@ class ExecutionDeps:
     sleep: Sleep = asyncio.sleep
     # Wakes the outbox relay after a terminal outcome, so the tenant's webhook goes out at once.
     nudger: Nudger = field(default_factory=NoNudge)
+    metrics: MetricsSink = field(default_factory=RecordedMetrics)
 
 
 class AttemptEnd(StrEnum):
@@ -128,7 +131,7 @@ async def run_attempt(deps: ExecutionDeps, job: ClaimedJob) -> AttemptReport:
     try:
         result = await _call_within_budget(deps, job, pages, model, lost)
     except LeaseLost:
-        logger.warning("lease lost; attempt abandoned", extra=_keys(job))
+        logger.warning("lease lost; attempt abandoned")
         await asyncio.to_thread(_record_discarded, deps, job, None)
         return AttemptReport(AttemptEnd.LOST, model=model)
     finally:
@@ -139,12 +142,14 @@ async def run_attempt(deps: ExecutionDeps, job: ClaimedJob) -> AttemptReport:
     return await asyncio.to_thread(_finish, deps, job, pages, result)
 
 
-def _keys(job: ClaimedJob) -> dict[str, Any]:
+def job_log_keys(job: ClaimedJob) -> dict[str, Any]:
+    """What every log line of one attempt carries (the worker puts them in the attempt's log context)."""
     return {
         "job_id": str(job.job_id),
         "tenant_id": str(job.tenant_id),
         "attempt": job.attempt,
         "fence": job.fence,
+        **trace_keys(job.trace_context),
     }
 
 
@@ -191,6 +196,7 @@ async def _call_within_budget(
         await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         watch.cancel()
+    deps.metrics.count(PROVIDER_CALLS)
     if not call.done():
         call.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -199,10 +205,12 @@ async def _call_within_budget(
         await asyncio.to_thread(deps.limiter.release, permit, Outcome())
         raise LeaseLost
     result = call.result()
+    if result.outcome is OutcomeClass.THROTTLED:
+        deps.metrics.count(PROVIDER_THROTTLED)
     cooldown = result.retry_after_seconds
     if result.outcome is OutcomeClass.PROVIDER_AUTH:
         # Every worker would get the same answer: pause them all instead of spending each job's attempts.
-        logger.error("ALERT: the provider refused our API key", extra=_keys(job) | {"alert": "provider_auth"})
+        logger.error("ALERT: the provider refused our API key", extra={"alert": "provider_auth"})
         cooldown = max(cooldown or 0.0, PROVIDER_AUTH_COOLDOWN_SECONDS)
     used = (
         (result.input_tokens or 0) + (result.output_tokens or 0) if result.input_tokens is not None else None
@@ -321,14 +329,12 @@ def _finish(deps: ExecutionDeps, job: ClaimedJob, pages: tuple[str, ...], result
                 )
             _insert_event(conn, deps, job, state=state, finished=finished, reasons=reasons, error=error)
     if finished is None:
-        logger.warning("stale attempt: the job moved on; its answer is discarded", extra=_keys(job))
+        logger.warning("stale attempt: the job moved on; its answer is discarded")
         _record_discarded(deps, job, result)
         return AttemptReport(AttemptEnd.LOST, result.outcome, result.model)
     if state in EVENT_FOR_STATE:
         deps.nudger.nudge()
-    logger.info(
-        "attempt finished", extra={**_keys(job), "state": state.value, "outcome": result.outcome.value}
-    )
+    logger.info("attempt finished", extra={"state": state.value, "outcome": result.outcome.value})
     return AttemptReport(
         AttemptEnd(state.value), result.outcome, result.model, reasons, params["cost_usd"] or Decimal("0")
     )
