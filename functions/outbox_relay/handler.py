@@ -9,8 +9,9 @@ from tollgate.outbox import relay_outbox
 from tollgate.settings import RelaySettings
 from tollgate.wiring import build_relay
 
-logger = Logger(service="tollgate-relay")
-tracer = Tracer(service="tollgate-relay")
+# The service name the stack gives this function (POWERTOOLS_SERVICE_NAME), so dashboards find its lines.
+logger = Logger(service="tollgate-outbox-relay")
+tracer = Tracer(service="tollgate-outbox-relay")
 
 settings = RelaySettings()  # type: ignore[call-arg]  # fields come from the environment
 deps = build_relay(settings)

@@ -3,18 +3,24 @@
 from typing import Any
 from uuid import UUID
 
-from aws_lambda_powertools import Logger
+from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from tollgate.metrics import PowertoolsMetrics
 from tollgate.settings import WebhookAttemptSettings
 from tollgate.webhooks.attempts import attempt_delivery
 from tollgate.wiring import build_webhook_attempts
 
-logger = Logger(service="tollgate-webhooks")
+SERVICE = "tollgate-webhook-attempt"
+logger = Logger(service=SERVICE)
+tracer = Tracer(service=SERVICE)
+metrics = Metrics(namespace="Tollgate", service=SERVICE)
 
-deps = build_webhook_attempts(WebhookAttemptSettings())
+deps = build_webhook_attempts(WebhookAttemptSettings(), metrics=PowertoolsMetrics(metrics))
 
 
 @logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return attempt_delivery(deps, UUID(event["delivery_id"])).as_state_output()

@@ -191,6 +191,11 @@ def test_delivered_the_first_time_and_verified_by_the_receiver(
     [received] = receiver.accepted
     assert received.webhook_id == str(delivery_id)
     assert json.loads(received.body)["type"] in WEBHOOK_EVENT_TYPES
+    # The webhook continues the trace the API request started, one hop further (a span of its own).
+    with psycopg.connect(clean_db) as conn:
+        (job_trace,) = conn.execute("SELECT trace_context FROM extraction_jobs").fetchone()
+    sent = received.headers["traceparent"]
+    assert sent.split("-")[1] == job_trace.split("-")[1] and sent != job_trace
 
 
 def test_503_then_200_is_delivered_on_the_second_attempt(
@@ -204,6 +209,7 @@ def test_503_then_200_is_delivered_on_the_second_attempt(
     assert len(receiver.accepted) == 1
     assert attempts(clean_db) == [(1, 503, 5), (2, 200, None)]
     assert len(set(front.seen)) == 1, "every attempt carries the same webhook-id"
+    assert dispatcher.deps.metrics.counts == {"DeliveryAttemptsFailed": 1}
 
 
 def test_429_with_retry_after_waits_at_least_that_long(
@@ -225,6 +231,19 @@ def test_410_disables_the_endpoint_and_stops(secured_tenant, dispatcher, system_
     assert delivery(clean_db)[1:] == ("ENDPOINT_DISABLED", 1)
     endpoint = client.request("GET", f"/webhook-endpoints/{endpoint_id}").json
     assert (endpoint["enabled"], endpoint["disabled_reason"]) == (False, "the endpoint answered 410 Gone")
+    assert dispatcher.deps.metrics.counts == {"DeliveryAttemptsFailed": 1, "EndpointsDisabled": 1}
+
+
+def test_a_schedule_spent_on_failures_gives_up_records_it_and_counts_it(
+    secured_tenant, dispatcher, system_db, clean_db, cleanup
+):
+    _, client = secured_tenant
+    deliver(system_db, dispatcher, client, clean_db, [(503, {})] * 8, cleanup)
+
+    assert dispatcher.wait_until(settled(clean_db))
+    assert delivery(clean_db)[1:] == ("FAILED", 8)
+    assert [delay for _, _, delay in attempts(clean_db)] == [5, 300, 1800, 7200, 18000, 36000, 36000, None]
+    assert dispatcher.deps.metrics.counts == {"DeliveryAttemptsFailed": 8, "DeliveriesGaveUp": 1}
 
 
 def test_an_erp_down_for_two_simulated_hours_is_retried_on_schedule_without_re_extraction(

@@ -10,7 +10,7 @@ disabled and its tenant told. A dead ERP never causes re-extraction: only the de
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
@@ -22,10 +22,18 @@ from tollgate.clock import Clock
 from tollgate.db import Database
 from tollgate.jobs.retry import Jitter
 from tollgate.llm.client import parse_retry_after
+from tollgate.metrics import (
+    DELIVERIES_GAVE_UP,
+    DELIVERY_ATTEMPTS_FAILED,
+    ENDPOINTS_DISABLED,
+    MetricsSink,
+    RecordedMetrics,
+)
+from tollgate.observability import SpanIds, TraceContext, log_context, random_span_id, trace_keys
 from tollgate.webhooks.sender import DeliveryResult
 from tollgate.webhooks.signing import sign
 
-logger = Logger(service="tollgate-webhooks", child=True)
+logger = Logger(service="tollgate-webhook-attempt", child=True)
 
 # Seconds to wait after the n-th failed attempt (index n); after the last one, the delivery gives up.
 SCHEDULE_SECONDS = (0, 5, 300, 1800, 7200, 18000, 36000, 36000)
@@ -53,6 +61,8 @@ class AttemptDeps:
     # The state machine waits wait_seconds; local runs and tests compress time (0.0 = no waiting at all).
     time_scale: float = 1.0
     disable_after: timedelta = timedelta(days=5)
+    metrics: MetricsSink = field(default_factory=RecordedMetrics)
+    span_ids: SpanIds = random_span_id
 
 
 @dataclass(frozen=True)
@@ -89,6 +99,11 @@ def retry_delay(deps: AttemptDeps, attempt: int, result: DeliveryResult, now: da
 
 
 def attempt_delivery(deps: AttemptDeps, delivery_id: UUID) -> AttemptOutcome:
+    with log_context(delivery_id=str(delivery_id)):
+        return _attempt(deps, delivery_id)
+
+
+def _attempt(deps: AttemptDeps, delivery_id: UUID) -> AttemptOutcome:
     q, now = deps.db.q, deps.clock.now()
     with deps.db.transaction() as conn:
         row = conn.execute(q.lock_delivery, {"delivery_id": delivery_id}).fetchone()
@@ -109,8 +124,17 @@ def attempt_delivery(deps: AttemptDeps, delivery_id: UUID) -> AttemptOutcome:
     body = row["body"].encode("utf-8")
     headers = sign(signing_secrets(row, now), str(delivery_id), now, body)
     headers["Content-Type"] = "application/json"
-    result = deps.sender.post(row["url"], body, headers)
-    return _record(deps, row, attempt, result, now)
+    trace = TraceContext.parse(row["trace_context"])
+    if trace is not None:
+        # The receiver's own tracing joins the job's trace: one id from the tenant's request to its ERP.
+        headers["traceparent"] = trace.child(deps.span_ids).traceparent
+    with log_context(
+        tenant_id=str(row["tenant_id"]),
+        endpoint_id=str(row["endpoint_id"]),
+        **trace_keys(row["trace_context"]),
+    ):
+        result = deps.sender.post(row["url"], body, headers)
+        return _record(deps, row, attempt, result, now)
 
 
 def _finish(
@@ -140,11 +164,7 @@ def _record(
     deps: AttemptDeps, row: dict[str, Any], attempt: int, result: DeliveryResult, started: datetime
 ) -> AttemptOutcome:
     q, now = deps.db.q, deps.clock.now()
-    keys = {
-        "delivery_id": str(row["delivery_id"]),
-        "endpoint_id": str(row["endpoint_id"]),
-        "attempt": attempt,
-    }
+    keys = {"attempt": attempt}
     error = f"{result.error.value}: {result.detail}"[:500] if result.error else None
     if result.status is not None and not result.delivered and error is None:
         error = f"HTTP {result.status}"
@@ -162,6 +182,7 @@ def _record(
             )
             _finish(conn, deps, row, "ENDPOINT_DISABLED", status=result.status, error=reason)
             logger.warning("endpoint disabled: 410 Gone", extra=keys)
+            deps.metrics.count(ENDPOINTS_DISABLED)
             outcome = AttemptOutcome(Next.GAVE_UP, attempt=attempt, status=410)
         else:
             health = conn.execute(
@@ -185,12 +206,14 @@ def _record(
                 logger.error(
                     "ALERT: endpoint disabled after failing for days", extra=keys | {"alert": "disabled"}
                 )
+                deps.metrics.count(ENDPOINTS_DISABLED)
                 outcome, delay = AttemptOutcome(Next.GAVE_UP, attempt=attempt, status=result.status), None
             elif delay is None:
                 _finish(conn, deps, row, "FAILED", status=result.status, error=error)
                 logger.error(
                     "ALERT: delivery gave up after its last attempt", extra=keys | {"alert": "exhausted"}
                 )
+                deps.metrics.count(DELIVERIES_GAVE_UP)
                 outcome = AttemptOutcome(Next.GAVE_UP, attempt=attempt, status=result.status)
             else:
                 _finish(
@@ -217,5 +240,7 @@ def _record(
                 "next_delay_seconds": math.ceil(delay) if delay is not None else None,
             },
         )
+    if not result.delivered:
+        deps.metrics.count(DELIVERY_ATTEMPTS_FAILED)
     logger.info("delivery attempt", extra=keys | {"status": result.status, "next": outcome.next.value})
     return outcome

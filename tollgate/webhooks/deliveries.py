@@ -113,6 +113,7 @@ class WebhookDispatcher:
                         "event_id": event.event_id,
                         "event_type": event.event_type,
                         "body": body,
+                        "trace_context": event.trace_context,
                     },
                 )
             rows = conn.execute(q.deliveries_for_event, {"event_id": event.event_id}).fetchall()

@@ -75,15 +75,16 @@ SELECT endpoint_id FROM webhook_endpoints
 WHERE tenant_id = %(tenant_id)s AND deleted_at IS NULL AND enabled AND %(event_type)s = ANY(event_types)
 
 -- name: insert_delivery
-INSERT INTO webhook_deliveries (delivery_id, tenant_id, endpoint_id, event_id, event_type, body)
-VALUES (%(delivery_id)s, %(tenant_id)s, %(endpoint_id)s, %(event_id)s, %(event_type)s, %(body)s)
+INSERT INTO webhook_deliveries (delivery_id, tenant_id, endpoint_id, event_id, event_type, body, trace_context)
+VALUES (%(delivery_id)s, %(tenant_id)s, %(endpoint_id)s, %(event_id)s, %(event_type)s, %(body)s,
+        %(trace_context)s)
 ON CONFLICT (event_id, endpoint_id) DO NOTHING
 
 -- name: deliveries_for_event
 SELECT delivery_id, replays, state FROM webhook_deliveries WHERE event_id = %(event_id)s
 
 -- name: lock_delivery
-SELECT d.delivery_id, d.tenant_id, d.endpoint_id, d.event_type, d.body, d.state, d.attempts,
+SELECT d.delivery_id, d.tenant_id, d.endpoint_id, d.event_type, d.body, d.state, d.attempts, d.trace_context,
        e.url, e.secret, e.previous_secret, e.previous_secret_expires_at, e.enabled, e.deleted_at
 FROM webhook_deliveries d JOIN webhook_endpoints e USING (endpoint_id)
 WHERE d.delivery_id = %(delivery_id)s
