@@ -218,10 +218,37 @@ class StageConfig(BaseModel):
     jobs_queue_age_alarm_seconds: int = Field(
         default=300, ge=60, description="Alarm when the oldest jobs-queue message waits longer for ingress."
     )
+    eligible_job_age_alarm_seconds: int = Field(
+        default=900,
+        ge=60,
+        description=(
+            "Alarm when a job that could run now has waited longer for a worker. Above "
+            "worker_scale_out_job_age_seconds, so it reports a wait that adding tasks did not cure, and "
+            "below the jobs' default deadline, so it comes while the job can still finish."
+        ),
+    )
+    provider_throttle_alarm_percent: float = Field(
+        default=10,
+        gt=0,
+        le=100,
+        description=(
+            "Alarm when more than this share of provider requests is answered 429 for 15 minutes. A few "
+            "429s are how the adaptive rate finds the ceiling; a steady share means the configured budget "
+            "is above the provider's real quota."
+        ),
+    )
     alarm_email: str | None = Field(
         default=None,
         pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$",
         description="Subscribed to the alarm topic; the address must confirm the subscription.",
+    )
+    runbook_url: str | None = Field(
+        default=None,
+        pattern=r"^https://\S+$",
+        description=(
+            "Where the dashboard's note links for the runbook: README.md's Operations section wherever the "
+            "team reads it. Without it the note names the section."
+        ),
     )
 
     worker_cpu: int = Field(default=512, description="Fargate CPU units of one worker task.")
@@ -326,6 +353,20 @@ class StageConfig(BaseModel):
             # An environment-agnostic stack can only address two AZs (Fn::GetAZs); say so instead of
             # silently deploying fewer than asked.
             raise ValueError("max_azs > 2 needs account and region")
+        return self
+
+    @model_validator(mode="after")
+    def _job_age_alarm_between_scaling_and_deadline(self) -> StageConfig:
+        if self.eligible_job_age_alarm_seconds <= self.worker_scale_out_job_age_seconds:
+            raise ValueError(
+                "eligible_job_age_alarm_seconds must exceed worker_scale_out_job_age_seconds: the alarm is "
+                "for a wait that adding tasks did not cure"
+            )
+        if self.eligible_job_age_alarm_seconds >= self.jobs.default_deadline_seconds:
+            raise ValueError(
+                "eligible_job_age_alarm_seconds must be below jobs.default_deadline_seconds, or the alarm "
+                "would only report jobs that have already expired"
+            )
         return self
 
     @property

@@ -27,6 +27,7 @@ from stacks.constructs.backlog_metrics import OLDEST_ELIGIBLE_JOB_AGE, RUNNABLE_
 from stacks.constructs.documents_access import DocumentsReadAccess
 from stacks.constructs.entrypoint_function import METRICS_NAMESPACE
 from stacks.constructs.nag import acknowledge
+from stacks.constructs.service_metrics import WORKER_SERVICE
 from tollgate.limiter.dynamodb import KEY as LIMITER_KEY
 from tollgate.limiter.dynamodb import TTL_ATTRIBUTE as LIMITER_TTL_ATTRIBUTE
 
@@ -41,7 +42,9 @@ EGRESS = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
 
 
 class WorkerStack(cdk.Stack):
-    """Owns the ECS cluster, the worker service and its scaling, and the OpenAI API key secret."""
+    """Owns the ECS cluster, the worker service and its scaling, and the OpenAI API key secret.
+
+    Exposes ``service`` and ``log_group``: ObservabilityStack graphs the tasks and counts the ERROR lines."""
 
     def __init__(
         self,
@@ -204,7 +207,7 @@ class WorkerStack(cdk.Stack):
         endpoint in AWS), WORKER_ID (derived from the task's hostname at start), CRASHPOINTS (fault
         injection for tests) and DATABASE_ROLE/URL."""
         return {
-            "POWERTOOLS_SERVICE_NAME": "tollgate-worker",
+            "POWERTOOLS_SERVICE_NAME": WORKER_SERVICE,
             "POWERTOOLS_LOG_LEVEL": config.log_level,
             "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
             "DATABASE_SECRET_ARN": database_secret.secret_arn,

@@ -26,6 +26,11 @@ POWERTOOLS_VARIABLES = frozenset(
 )
 
 
+def service_name(entrypoint: str) -> str:
+    """The Powertools service of an entrypoint: its logs' ``service`` key and its metrics' one dimension."""
+    return f"tollgate-{entrypoint.replace('_', '-')}"
+
+
 class EntrypointFunction(Construct):
     """``function`` runs ``functions.<entrypoint>.handler.lambda_handler``; ``log_group`` holds its logs."""
 
@@ -70,7 +75,7 @@ class EntrypointFunction(Construct):
             vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED),
             security_groups=list(security_groups),
             environment={
-                "POWERTOOLS_SERVICE_NAME": f"tollgate-{entrypoint.replace('_', '-')}",
+                "POWERTOOLS_SERVICE_NAME": service_name(entrypoint),
                 "POWERTOOLS_LOG_LEVEL": config.log_level,
                 "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
                 **environment,

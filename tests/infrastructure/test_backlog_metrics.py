@@ -12,7 +12,10 @@ from stacks.constructs.backlog_metrics import (
     OLDEST_ELIGIBLE_JOB_AGE,
     OLDEST_UNPUBLISHED_OUTBOX_AGE,
     RUNNABLE_JOBS,
+    RUNNING_JOBS,
     SCHEDULER_SERVICE,
+    UNPUBLISHED_OUTBOX_EVENTS,
+    WAITING_RETRIES,
     scheduler_metric,
 )
 from stacks.constructs.entrypoint_function import METRICS_NAMESPACE
@@ -37,7 +40,14 @@ def test_the_watched_gauges_are_published_by_the_scheduler() -> None:
         if call.args and isinstance(call.args[0], ast.Constant)
     }
 
-    assert {RUNNABLE_JOBS, OLDEST_ELIGIBLE_JOB_AGE, OLDEST_UNPUBLISHED_OUTBOX_AGE} <= published
+    assert {
+        RUNNABLE_JOBS,
+        RUNNING_JOBS,
+        WAITING_RETRIES,
+        OLDEST_ELIGIBLE_JOB_AGE,
+        OLDEST_UNPUBLISHED_OUTBOX_AGE,
+        UNPUBLISHED_OUTBOX_EVENTS,
+    } <= published
 
 
 def test_the_scheduler_publishes_under_the_watched_namespace_and_service() -> None:

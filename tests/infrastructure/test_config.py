@@ -191,3 +191,19 @@ def test_local_only_webhook_settings_cannot_be_set_for_a_stage() -> None:
     for field in ("webhooks_allow_private_targets", "delivery_time_scale"):
         with pytest.raises(ValidationError, match=field):
             StageConfig.from_context({"stage": "dev", "stages": {"dev": {"webhooks": {field: True}}}})
+
+
+def test_the_job_age_alarm_comes_after_scaling_out() -> None:
+    with pytest.raises(ValidationError, match="must exceed worker_scale_out_job_age_seconds"):
+        StageConfig(stage="dev", worker_scale_out_job_age_seconds=300, eligible_job_age_alarm_seconds=300)
+
+
+def test_the_job_age_alarm_comes_before_the_default_deadline() -> None:
+    with pytest.raises(ValidationError, match=r"below jobs\.default_deadline_seconds"):
+        StageConfig(stage="dev", eligible_job_age_alarm_seconds=3600, jobs={"default_deadline_seconds": 3600})
+
+
+@pytest.mark.parametrize("percent", [0, 101])
+def test_the_throttling_alarm_takes_a_percentage(percent: float) -> None:
+    with pytest.raises(ValidationError, match="provider_throttle_alarm_percent"):
+        StageConfig(stage="dev", provider_throttle_alarm_percent=percent)

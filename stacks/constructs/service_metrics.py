@@ -1,0 +1,48 @@
+"""The worker's and the webhook attempt's own metrics, and those derived from their logs, by name.
+
+ObservabilityStack's alarms and dashboard both read them from here, so a graph and the alarm beside it can
+never watch two spellings of one metric. The scheduler's gauges live in ``backlog_metrics``.
+"""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_cloudwatch as cloudwatch
+
+from stacks.constructs.entrypoint_function import METRICS_NAMESPACE, service_name
+
+# Powertools publishes each metric with exactly one dimension, the service; a query must name the same one.
+WORKER_SERVICE = "tollgate-worker"
+WEBHOOK_ATTEMPT_SERVICE = service_name("webhook_attempt")
+
+# tollgate-worker: one per request sent to the provider, one per request it answered with 429.
+PROVIDER_CALLS = "ProviderCalls"
+PROVIDER_THROTTLED = "ProviderThrottled"
+
+# tollgate-webhook-attempt: one per attempt without a 2xx, per delivery whose schedule ran out (or whose
+# endpoint was disabled), and per endpoint disabled (410, or failing for endpoint_disable_after_days).
+DELIVERY_ATTEMPTS_FAILED = "DeliveryAttemptsFailed"
+DELIVERIES_GAVE_UP = "DeliveriesGaveUp"
+ENDPOINTS_DISABLED = "EndpointsDisabled"
+
+# Counted by metric filters on log groups, which publish without any dimension.
+WORKER_ERRORS = "WorkerErrors"
+WEBHOOK_ENDPOINT_ALERTS = "WebhookEndpointAlerts"
+# Logged by tollgate/webhooks/attempts.py as ERROR lines with an "alert" key. "exhausted" is left out on
+# purpose: a delivery that gave up also fails its execution, which the failed-executions alarm reports.
+ENDPOINT_ALERTS = ("auth", "disabled")
+
+# Counts are summed over five minutes: one-minute sums of rare events make spiky graphs and twitchy alarms.
+COUNT_PERIOD = cdk.Duration.minutes(5)
+
+
+def service_metric(service: str, metric_name: str, *, label: str | None = None) -> cloudwatch.Metric:
+    """A count that one service publishes, summed per period."""
+    return cloudwatch.Metric(
+        namespace=METRICS_NAMESPACE,
+        metric_name=metric_name,
+        dimensions_map={"service": service},
+        statistic=cloudwatch.Stats.SUM,
+        period=COUNT_PERIOD,
+        label=label,
+    )
