@@ -57,11 +57,12 @@ synth: setup ## Synthesize CloudFormation templates to cdk.out/ offline, with cd
 	rm -rf cdk.out
 	$(RUN) app.py -c stage=$(STAGE)
 
-bench: setup ## Run the benchmarks; results go to bench/results/
+bench: setup ## Run the benchmarks; results go to bench/results/, figures to BENCHMARKS.md
 	$(RUN) -m bench.acceptance
 	$(RUN) -m bench.accuracy
 	$(RUN) -m bench.relay
 	$(RUN) -m bench.drain
+	$(RUN) -m bench.report
 
 openapi: setup-runtime ## Regenerate the committed openapi.json from the routes
 	$(VENV)/bin/tollgate openapi --output openapi.json

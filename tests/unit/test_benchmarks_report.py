@@ -1,0 +1,106 @@
+"""BENCHMARKS.md says what the results files say: it is generated from them, and it cannot drift."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench import report
+
+RESULTS = report.RESULTS_DIR
+DOCUMENT = report.OUTPUT
+
+
+@pytest.fixture
+def results_copy(tmp_path: Path) -> Path:
+    """The committed results and BENCHMARKS.md, copied so that a test can change one without the other."""
+    folder = tmp_path / "results"
+    shutil.copytree(RESULTS, folder, ignore=shutil.ignore_patterns("*.tmp"))
+    shutil.copy(DOCUMENT, tmp_path / "BENCHMARKS.md")
+    return folder
+
+
+def edit(path: Path, change) -> None:
+    document = json.loads(path.read_text())
+    change(document)
+    path.write_text(json.dumps(document))
+
+
+def check(results: Path) -> int:
+    return report.main(
+        ["--check", "--results", str(results), "--output", str(results.parent / "BENCHMARKS.md")]
+    )
+
+
+def test_benchmarks_md_is_what_the_results_files_generate():
+    expected = report.render(report.load_results(RESULTS))
+    assert DOCUMENT.read_text() == expected, "run `python -m bench.report` and commit BENCHMARKS.md"
+
+
+def test_check_passes_while_the_document_and_the_results_agree(results_copy):
+    assert check(results_copy) == 0
+
+
+def test_check_fails_when_a_results_file_changes_under_the_document(results_copy, capsys):
+    # Given a new relay run whose median rate differs from the one the document quotes
+    def faster(document):
+        document["throughput"][1]["per_s"]["median"] *= 2
+
+    edit(results_copy / "relay.json", faster)
+
+    # When the document is checked, then it fails and shows the figure that moved
+    assert check(results_copy) == 1
+    assert "disagrees with the results files" in capsys.readouterr().out
+
+
+def test_check_fails_when_the_document_is_edited_by_hand(results_copy):
+    document = results_copy.parent / "BENCHMARKS.md"
+    document.write_text(document.read_text().replace("| 2 |", "| 4 |", 1))
+    assert check(results_copy) == 1
+
+
+def test_every_section_names_its_file_and_run():
+    text = DOCUMENT.read_text()
+    for name, results in report.load_results(RESULTS).items():
+        assert f"Figures from `bench/results/{name}.json`, run of {report.run_date(results)}" in text
+
+
+def test_a_request_answered_unexpectedly_is_reported_not_hidden(results_copy):
+    # Given an acceptance run in which one replayed request got a 500
+    def one_error(document):
+        replay = next(row for row in document["throughput"] if row["kind"] == "replay")
+        replay["statuses"] = {"202 replayed": replay["requests"] - 1, "500": 1}
+
+    edit(results_copy / "acceptance.json", one_error)
+
+    # Then the acceptance section says so, with the row it happened in
+    text = report.render(report.load_results(results_copy))
+    assert "Requests that did not get the expected answer:" in text
+    assert "1 answered 500 of" in text
+
+
+def test_a_run_that_recorded_no_machine_says_so(results_copy):
+    edit(results_copy / "accuracy.json", lambda document: document.pop("machine", None))
+    text = report.render(report.load_results(results_copy))
+    accuracy_row = next(line for line in text.splitlines() if line.startswith("| `accuracy.json`"))
+    assert accuracy_row.count("not recorded") >= 5
+
+
+def test_the_command_of_an_older_run_is_rebuilt_from_its_configuration(results_copy):
+    # Given a drain run that predates recorded commands, made with a smaller backlog and two limiters
+    def older(document):
+        document.pop("command", None)
+        document["config"]["heavy_jobs"] = 500
+        document["config"]["scenarios"] = ["global", "no_limit"]
+
+    edit(results_copy / "drain.json", older)
+    text = report.render(report.load_results(results_copy))
+    assert "python -m bench.drain --heavy-jobs 500 --scenarios global,no_limit" in text
+    assert "command rebuilt from the run's recorded configuration" in text
+
+
+def test_a_benchmark_without_results_is_listed_as_not_measured(results_copy):
+    (results_copy / "accuracy.json").unlink()
+    text = report.render(report.load_results(results_copy))
+    assert "No results file for: `python -m bench.accuracy`." in text
