@@ -20,6 +20,7 @@ from stacks.api_stack import ApiStack
 from stacks.config import REPO_ROOT, StageConfig
 from stacks.data_stack import DataStack
 from stacks.delivery_stack import DeliveryStack
+from stacks.observability_stack import ObservabilityStack
 from stacks.pipeline_stack import PipelineStack
 from stacks.worker_stack import WorkerStack
 
@@ -59,15 +60,15 @@ def build_app(
         "database_secret": data.database_secret,
         "database_clients": data.database_clients,
     }
-    # Data <- Delivery <- Pipeline <- Api and Worker: the relay starts webhook deliveries, the API nudges the
-    # relay and starts replays, and the worker consumes the pipeline's queue; no stack needs anything from
-    # one deployed after it, so references only point one way.
+    # Data <- Delivery <- Pipeline <- Api and Worker <- Observability: the relay starts webhook deliveries,
+    # the API nudges the relay and starts replays, the worker consumes the pipeline's queue, and Observability
+    # watches them all; no stack needs anything from one deployed after it, so references only point one way.
     delivery = DeliveryStack(
         app,
         config.stack_name("Delivery"),
         config=config,
         **database,
-        description=f"Tollgate {config.stage}: webhook dispatcher state machine, attempt Lambda, alarms",
+        description=f"Tollgate {config.stage}: webhook dispatcher state machine and its attempt Lambda",
     )
     pipeline = PipelineStack(
         app,
@@ -75,9 +76,9 @@ def build_app(
         config=config,
         **database,
         webhook_state_machine=delivery.state_machine,
-        description=f"Tollgate {config.stage}: jobs FIFO queue and DLQ, outbox relay, scheduler, alarms",
+        description=f"Tollgate {config.stage}: jobs FIFO queue and DLQ, outbox relay, scheduler",
     )
-    ApiStack(
+    api = ApiStack(
         app,
         config.stack_name("Api"),
         config=config,
@@ -87,7 +88,7 @@ def build_app(
         webhook_state_machine=delivery.state_machine,
         description=f"Tollgate {config.stage}: public REST API, authorizer, acceptance Lambda",
     )
-    WorkerStack(
+    worker = WorkerStack(
         app,
         config.stack_name("Worker"),
         config=config,
@@ -96,6 +97,21 @@ def build_app(
         jobs_queue=pipeline.jobs_queue,
         relay_function=pipeline.relay_function,
         description=f"Tollgate {config.stage}: ECS Fargate worker, its scaling and the OpenAI key secret",
+    )
+    ObservabilityStack(
+        app,
+        config.stack_name("Observability"),
+        config=config,
+        rest_api=api.api,
+        api_function=api.api_handler.function,
+        authorizer_function=api.authorizer_handler.function,
+        jobs_queue=pipeline.jobs_queue,
+        dead_letter_queue=pipeline.dead_letter_queue,
+        worker_service=worker.service,
+        worker_logs=worker.log_group,
+        webhook_state_machine=delivery.state_machine,
+        webhook_attempt_logs=delivery.attempt.log_group,
+        description=f"Tollgate {config.stage}: the alarm topic, every alarm, and the CloudWatch dashboard",
     )
 
     for key, value in (("project", "tollgate"), ("stage", config.stage)):

@@ -2,8 +2,8 @@
 
 It owns the dispatcher (Step Functions Standard, one execution per delivery, defined by the same
 ``tollgate/webhooks/dispatcher.asl.json`` the local stack runs), the attempt Lambda each step invokes, the
-Step Functions endpoint the relay and the API start executions through, and the alarms on deliveries that
-gave up and on endpoints that keep failing.
+Step Functions endpoint the relay and the API start executions through. The alarms on deliveries that gave
+up and on endpoints that keep failing watch these from ObservabilityStack.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import aws_cdk as cdk
-from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -21,8 +20,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.config import REPO_ROOT, StageConfig, settings_environment
-from stacks.constructs.alarm_topic import AlarmTopic
-from stacks.constructs.entrypoint_function import METRICS_NAMESPACE, EntrypointFunction
+from stacks.constructs.entrypoint_function import EntrypointFunction
 from stacks.constructs.lambda_packaging import DependenciesLayer, function_code
 from stacks.constructs.nag import acknowledge
 from tollgate.webhooks.ssrf import FIRST_UNPRIVILEGED_PORT, HTTPS_PORT
@@ -32,17 +30,12 @@ DISPATCHER_DEFINITION = REPO_ROOT / "tollgate" / "webhooks" / "dispatcher.asl.js
 # The one placeholder in that file; the local stack substitutes the same name with moto's function ARN.
 ATTEMPT_FUNCTION_PLACEHOLDER = "WebhookAttemptFunctionArn"
 
-# Logged by tollgate/webhooks/attempts.py as ERROR lines with an "alert" key. "exhausted" is left out on
-# purpose: a delivery that gave up also fails its execution, which the failed-executions alarm reports.
-ENDPOINT_ALERTS = ("auth", "disabled")
-ENDPOINT_ALERTS_METRIC = "WebhookEndpointAlerts"
-
 ISOLATED = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
-ALARM_PERIOD = cdk.Duration.minutes(5)
 
 
 class DeliveryStack(cdk.Stack):
-    """Exposes ``state_machine``: the relay starts one execution per delivery, the API starts replays."""
+    """Exposes ``state_machine`` (the relay starts one execution per delivery, the API starts replays) and
+    ``attempt`` (ObservabilityStack reads its log group for endpoint alerts)."""
 
     def __init__(
         self,
@@ -63,12 +56,8 @@ class DeliveryStack(cdk.Stack):
         self.state_machine = self._dispatcher(config)
         self.start_endpoint = self._start_endpoint(vpc, database_clients)
 
-        self.alarms = AlarmTopic(self, "Alarms", config=config)
-        self.alarms.notify(*self._alarms(config))
-
         cdk.CfnOutput(self, "DispatcherArn", value=self.state_machine.state_machine_arn)
         cdk.CfnOutput(self, "AttemptFunctionName", value=self.attempt.function.function_name)
-        cdk.CfnOutput(self, "AlarmTopicArn", value=self.alarms.topic.topic_arn)
 
     def _attempt_function(
         self,
@@ -185,52 +174,3 @@ class DeliveryStack(cdk.Stack):
         )
         endpoint.connections.allow_default_port_from(database_clients)
         return endpoint
-
-    def _alarms(self, config: StageConfig) -> list[cloudwatch.Alarm]:
-        gave_up = cloudwatch.Alarm(
-            self,
-            "DeliveriesFailedAlarm",
-            alarm_description=(
-                "A webhook delivery's execution failed: its retry schedule is spent or its endpoint was "
-                "disabled (DeliveryGaveUp), or the attempt Lambda itself failed. The delivery stays in "
-                "PostgreSQL; inspect and replay it with `tollgate deliveries`."
-            ),
-            metric=self.state_machine.metric_failed(period=ALARM_PERIOD, statistic=cloudwatch.Stats.SUM),
-            threshold=0,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            evaluation_periods=1,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        )
-
-        # Powertools writes one JSON object per line, with the logger's extra keys at the top level.
-        pattern = logs.FilterPattern.all(
-            logs.FilterPattern.string_value("$.level", "=", "ERROR"),
-            logs.FilterPattern.any(
-                *(logs.FilterPattern.string_value("$.alert", "=", alert) for alert in ENDPOINT_ALERTS)
-            ),
-        )
-        alerts = logs.MetricFilter(
-            self,
-            "EndpointAlerts",
-            log_group=self.attempt.log_group,
-            filter_pattern=pattern,
-            metric_namespace=METRICS_NAMESPACE,
-            metric_name=ENDPOINT_ALERTS_METRIC,
-            metric_value="1",
-        )
-        endpoint_alerts = cloudwatch.Alarm(
-            self,
-            "EndpointAlertsAlarm",
-            alarm_description=(
-                "A tenant's webhook endpoint keeps refusing our signature (repeated 401/403, alert=auth) or "
-                f"was disabled after failing for {config.webhooks.endpoint_disable_after_days:g} days "
-                "(alert=disabled). The attempt Lambda's log lines with an 'alert' key name the endpoint and "
-                "the delivery."
-            ),
-            metric=alerts.metric(period=ALARM_PERIOD, statistic=cloudwatch.Stats.SUM),
-            threshold=0,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            evaluation_periods=1,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        )
-        return [gave_up, endpoint_alerts]

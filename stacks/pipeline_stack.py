@@ -1,7 +1,7 @@
 """PipelineStack: the job signal path, from committed outbox rows to the jobs queue the worker reads.
 
-It owns the jobs FIFO queue and its dead-letter queue, the outbox relay and scheduler Lambdas with their
-one-minute schedules, and the alarms (with their topic) on everything that signals a stuck pipeline.
+It owns the jobs FIFO queue and its dead-letter queue, and the outbox relay and scheduler Lambdas with their
+one-minute schedules. The alarms on a stuck pipeline watch these from ObservabilityStack.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import aws_cdk as cdk
-from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
@@ -21,8 +20,6 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.config import StageConfig, settings_environment
-from stacks.constructs.alarm_topic import AlarmTopic
-from stacks.constructs.backlog_metrics import OLDEST_UNPUBLISHED_OUTBOX_AGE, scheduler_metric
 from stacks.constructs.entrypoint_function import EntrypointFunction
 from stacks.constructs.lambda_packaging import DependenciesLayer, function_code
 
@@ -31,7 +28,8 @@ DLQ_RETENTION = cdk.Duration.days(14)
 
 
 class PipelineStack(cdk.Stack):
-    """Exposes ``jobs_queue`` (the worker consumes it) and ``relay_function`` (the API nudges it)."""
+    """Exposes ``jobs_queue`` (the worker consumes it), ``relay_function`` (the API nudges it) and
+    ``dead_letter_queue`` (ObservabilityStack alarms on its depth)."""
 
     def __init__(
         self,
@@ -104,14 +102,10 @@ class PipelineStack(cdk.Stack):
         self.jobs_queue.grant_send_messages(self.relay.function)
         webhook_state_machine.grant_start_execution(self.relay.function)
 
-        self.alarms = AlarmTopic(self, "Alarms", config=config)
-        self.alarms.notify(*self._alarms(config))
-
         cdk.CfnOutput(self, "JobsQueueUrl", value=self.jobs_queue.queue_url)
         # The support CLI's `tollgate dlq` commands read and redrive this queue.
         cdk.CfnOutput(self, "DeadLetterQueueUrl", value=self.dead_letter_queue.queue_url)
         cdk.CfnOutput(self, "RelayFunctionName", value=self.relay.function.function_name)
-        cdk.CfnOutput(self, "AlarmTopicArn", value=self.alarms.topic.topic_arn)
 
     def _queues(self) -> tuple[sqs.Queue, sqs.Queue]:
         # SQS-managed encryption: no key policy for the relay, the worker and the support CLI to share,
@@ -174,50 +168,3 @@ class PipelineStack(cdk.Stack):
                     )
                 ],
             )
-
-    def _alarms(self, config: StageConfig) -> list[cloudwatch.Alarm]:
-        dead_letters = cloudwatch.Alarm(
-            self,
-            "DeadLettersAlarm",
-            alarm_description=(
-                "A jobs-queue message failed ingress too often and is in the dead-letter queue. Inspect and "
-                "redrive it with `tollgate dlq`; the job itself is still in PostgreSQL."
-            ),
-            metric=self.dead_letter_queue.metric_approximate_number_of_messages_visible(
-                period=cdk.Duration.minutes(1), statistic=cloudwatch.Stats.MAXIMUM
-            ),
-            threshold=0,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            evaluation_periods=1,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        )
-        outbox_age = cloudwatch.Alarm(
-            self,
-            "OutboxAgeAlarm",
-            alarm_description=(
-                f"Committed events wait more than {config.outbox_age_alarm_seconds} s for the outbox relay. "
-                "No data also alarms: the scheduler publishes this every minute, so silence means it is down."
-            ),
-            metric=scheduler_metric(OLDEST_UNPUBLISHED_OUTBOX_AGE),
-            threshold=config.outbox_age_alarm_seconds,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            # Three minutes, so one slow or skipped tick does not page anyone.
-            evaluation_periods=3,
-            treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
-        )
-        queue_age = cloudwatch.Alarm(
-            self,
-            "JobsQueueAgeAlarm",
-            alarm_description=(
-                f"A jobs-queue message waited more than {config.jobs_queue_age_alarm_seconds} s for the "
-                "worker's ingress: workers are down, cannot reach PostgreSQL, or keep failing it."
-            ),
-            metric=self.jobs_queue.metric_approximate_age_of_oldest_message(
-                period=cdk.Duration.minutes(1), statistic=cloudwatch.Stats.MAXIMUM
-            ),
-            threshold=config.jobs_queue_age_alarm_seconds,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            evaluation_periods=1,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        )
-        return [dead_letters, outbox_age, queue_age]

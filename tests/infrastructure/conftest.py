@@ -22,6 +22,7 @@ from stacks.api_stack import ApiStack
 from stacks.config import StageConfig
 from stacks.data_stack import DataStack
 from stacks.delivery_stack import DeliveryStack
+from stacks.observability_stack import ObservabilityStack
 from stacks.pipeline_stack import PipelineStack
 from stacks.worker_stack import WorkerStack
 from tests.infrastructure.synth import Synthesized
@@ -53,6 +54,7 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
         api_stack=stacks[ApiStack],
         pipeline_stack=stacks[PipelineStack],
         worker_stack=stacks[WorkerStack],
+        observability_stack=stacks[ObservabilityStack],
         validation_error=validation_error,
         validation_report=report,
     )
@@ -92,6 +94,11 @@ def pipeline_template(synthesized: Synthesized) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def worker_template(synthesized: Synthesized) -> dict[str, Any]:
     return _template(synthesized.worker_stack)
+
+
+@pytest.fixture(scope="session")
+def observability_template(synthesized: Synthesized) -> dict[str, Any]:
+    return _template(synthesized.observability_stack)
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ from stacks.api_stack import ApiStack
 from stacks.config import StageConfig
 from stacks.data_stack import DataStack
 from stacks.delivery_stack import DeliveryStack
+from stacks.observability_stack import ObservabilityStack
 from stacks.pipeline_stack import PipelineStack
 from stacks.worker_stack import WorkerStack
 
@@ -26,6 +27,7 @@ class Synthesized:
     api_stack: ApiStack
     pipeline_stack: PipelineStack
     worker_stack: WorkerStack
+    observability_stack: ObservabilityStack
     # The exception synth raised with validation on (cdk-nag), or None when it passed.
     validation_error: Exception | None
     # cdk.out/validation-report.json of that synth: violations, and suppressed ones with their reasons.

@@ -75,11 +75,12 @@ def test_stacks_are_named_after_the_stage(synthesized: Synthesized) -> None:
     assert synthesized.pipeline_stack.stack_name == "Tollgate-dev-Pipeline"
     assert synthesized.worker_stack.stack_name == "Tollgate-dev-Worker"
     assert synthesized.delivery_stack.stack_name == "Tollgate-dev-Delivery"
+    assert synthesized.observability_stack.stack_name == "Tollgate-dev-Observability"
 
 
 def test_stack_dependencies_point_one_way(synthesized: Synthesized) -> None:
-    """Data <- Delivery <- Pipeline <- Api and Worker: CloudFormation deploys them in that order, and no cycle
-    can form."""
+    """Data <- Delivery <- Pipeline <- Api and Worker <- Observability: CloudFormation deploys them in that
+    order, no cycle can form, and nothing waits for the stack that only watches the others."""
 
     def depends_on(stack: Any) -> set[str]:
         return {dependency.stack_name for dependency in stack.dependencies}
@@ -93,6 +94,12 @@ def test_stack_dependencies_point_one_way(synthesized: Synthesized) -> None:
         "Tollgate-dev-Pipeline",
     }
     assert depends_on(synthesized.worker_stack) == {"Tollgate-dev-Data", "Tollgate-dev-Pipeline"}
+    assert depends_on(synthesized.observability_stack) == {
+        "Tollgate-dev-Delivery",
+        "Tollgate-dev-Pipeline",
+        "Tollgate-dev-Api",
+        "Tollgate-dev-Worker",
+    }
 
 
 def test_every_lambda_but_the_webhook_attempt_stays_in_the_isolated_subnets(

@@ -1,21 +1,17 @@
 """DeliveryStack's template: the package's own dispatcher definition as a Standard state machine, logged and
 traced, invoking only the attempt Lambda, which sends from the egress subnets; only the relay and the API may
-start executions; alarms on deliveries that gave up and on endpoints that alert."""
+start executions. The alarms on deliveries and endpoints are ObservabilityStack's (test_observability_stack)."""
 
 from __future__ import annotations
 
-import io
 import json
-import logging
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
-from aws_lambda_powertools import Logger
 
 from stacks.config import StageConfig
-from stacks.delivery_stack import ATTEMPT_FUNCTION_PLACEHOLDER, DISPATCHER_DEFINITION, ENDPOINT_ALERTS
+from stacks.delivery_stack import ATTEMPT_FUNCTION_PLACEHOLDER, DISPATCHER_DEFINITION
 from tests.infrastructure.cfn import (
     as_list,
     function_by_handler,
@@ -28,7 +24,6 @@ from tests.infrastructure.cfn import (
 )
 from tests.infrastructure.synth import Synthesized
 from tollgate.local.stepfunctions import DEFINITION as LOCAL_DEFINITION
-from tollgate.webhooks import attempts
 
 pytestmark = pytest.mark.infrastructure
 
@@ -279,75 +274,5 @@ def test_the_relay_and_the_api_reach_step_functions_through_an_endpoint(
     assert [source.startswith("DatabaseClients") for source in sources] == [True]
 
 
-def _alarm_on(template: Template, metric_name: str) -> dict[str, Any]:
-    (alarm,) = [
-        a["Properties"]
-        for a in resources(template, "AWS::CloudWatch::Alarm").values()
-        if a["Properties"]["MetricName"] == metric_name
-    ]
-    return alarm
-
-
-def test_a_delivery_that_gives_up_alarms(delivery_template: Template) -> None:
-    dispatcher_id, _ = _dispatcher(delivery_template)
-    alarm = _alarm_on(delivery_template, "ExecutionsFailed")
-
-    assert alarm["Namespace"] == "AWS/States"
-    assert alarm["Dimensions"] == [{"Name": "StateMachineArn", "Value": {"Ref": dispatcher_id}}]
-    assert alarm["Statistic"] == "Sum"
-    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
-    assert alarm["Threshold"] == 0
-    assert alarm["TreatMissingData"] == "notBreaching"
-
-
-def test_auth_and_disabled_alerts_in_the_attempt_logs_alarm(delivery_template: Template) -> None:
-    _, function = function_by_handler(delivery_template, ATTEMPT)
-    _, metric_filter = only(delivery_template, "AWS::Logs::MetricFilter")
-    (transformation,) = metric_filter["Properties"]["MetricTransformations"]
-    pattern = metric_filter["Properties"]["FilterPattern"]
-    alarm = _alarm_on(delivery_template, transformation["MetricName"])
-
-    assert metric_filter["Properties"]["LogGroupName"] == function["Properties"]["LoggingConfig"]["LogGroup"]
-    assert '($.level = "ERROR")' in pattern
-    assert {f'($.alert = "{alert}")' for alert in ("auth", "disabled")} <= set(
-        re.findall(r"\(\$\.alert[^)]*\)", pattern)
-    )
-    assert "exhausted" not in pattern
-    assert transformation["MetricValue"] == "1"
-    assert alarm["Namespace"] == transformation["MetricNamespace"] == "Tollgate"
-    assert "Dimensions" not in alarm
-    assert alarm["Statistic"] == "Sum"
-    assert alarm["Threshold"] == 0
-    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
-
-
-def test_the_filtered_alerts_are_what_the_attempt_use_case_logs() -> None:
-    source = Path(attempts.__file__).read_text(encoding="utf-8")
-
-    assert set(ENDPOINT_ALERTS) <= set(re.findall(r'"alert": "(\w+)"', source))
-
-
-def test_powertools_writes_level_and_alert_where_the_filter_looks() -> None:
-    """The filter reads $.level and $.alert: Powertools puts a record's extra keys at the top level."""
-    stream = io.StringIO()
-    logger = Logger(service="filter-check", logger_handler=logging.StreamHandler(stream))
-
-    logger.error("ALERT: the endpoint keeps refusing our signature", extra={"alert": "auth"})
-
-    line = json.loads(stream.getvalue().splitlines()[-1])
-    assert (line["level"], line["alert"]) == ("ERROR", "auth")
-
-
-def test_both_alarms_notify_the_stacks_encrypted_topic(delivery_template: Template) -> None:
-    topic_id, topic = only(delivery_template, "AWS::SNS::Topic")
-    alarms = resources(delivery_template, "AWS::CloudWatch::Alarm").values()
-
-    assert "KmsMasterKeyId" in topic["Properties"]
-    assert len(alarms) == 2
-    for alarm in alarms:
-        assert alarm["Properties"]["AlarmActions"] == [{"Ref": topic_id}]
-        assert alarm["Properties"]["OKActions"] == [{"Ref": topic_id}]
-
-
-def test_outputs_name_the_dispatcher_the_attempt_lambda_and_the_topic(delivery_template: Template) -> None:
-    assert {"DispatcherArn", "AttemptFunctionName", "AlarmTopicArn"} <= set(delivery_template["Outputs"])
+def test_outputs_name_the_dispatcher_and_the_attempt_lambda(delivery_template: Template) -> None:
+    assert {"DispatcherArn", "AttemptFunctionName"} <= set(delivery_template["Outputs"])

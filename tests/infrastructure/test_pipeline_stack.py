@@ -1,19 +1,15 @@
-"""PipelineStack's template: an encrypted, TLS-only FIFO queue with a 14-day DLQ, a bounded relay and scheduler
-on one-minute schedules, and alarms on every sign of a stuck pipeline, sent to an encrypted topic."""
+"""PipelineStack's template: an encrypted, TLS-only FIFO queue with a 14-day DLQ, and a bounded relay and
+scheduler on one-minute schedules. The alarms on them are ObservabilityStack's (test_observability_stack)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-import aws_cdk as cdk
 import pytest
-from aws_cdk.assertions import Template as CdkTemplate
-from pydantic import ValidationError
 
 from stacks.config import StageConfig
-from stacks.constructs.alarm_topic import AlarmTopic
-from tests.infrastructure.cfn import as_list, function_by_handler, only, references, resources
+from tests.infrastructure.cfn import as_list, function_by_handler, references, resources
 
 pytestmark = pytest.mark.infrastructure
 
@@ -30,15 +26,6 @@ def _queues(template: Template) -> tuple[tuple[str, dict[str, Any]], tuple[str, 
     (jobs,) = [(qid, q) for qid, q in queues.items() if "RedrivePolicy" in q["Properties"]]
     (dead_letters,) = [(qid, q) for qid, q in queues.items() if qid != jobs[0]]
     return jobs, dead_letters
-
-
-def _alarm_on(template: Template, metric_name: str) -> dict[str, Any]:
-    (alarm,) = [
-        a["Properties"]
-        for a in resources(template, "AWS::CloudWatch::Alarm").values()
-        if a["Properties"]["MetricName"] == metric_name
-    ]
-    return alarm
 
 
 def test_jobs_queue_and_dlq_are_fifo_and_encrypted(pipeline_template: Template) -> None:
@@ -175,94 +162,5 @@ def test_relay_sends_to_the_queue_named_in_its_environment(pipeline_template: Te
     assert relay["Properties"]["Environment"]["Variables"]["JOBS_QUEUE_URL"] == {"Ref": jobs_id}
 
 
-def test_dead_letters_alarm_on_the_first_message(pipeline_template: Template) -> None:
-    _, (dlq_id, _) = _queues(pipeline_template)
-    alarm = _alarm_on(pipeline_template, "ApproximateNumberOfMessagesVisible")
-
-    assert alarm["Namespace"] == "AWS/SQS"
-    assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [dlq_id, "QueueName"]}}]
-    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
-    assert alarm["Threshold"] == 0
-
-
-def test_unpublished_outbox_age_alarms_and_so_does_a_silent_scheduler(
-    pipeline_template: Template, config: StageConfig
-) -> None:
-    alarm = _alarm_on(pipeline_template, "OldestUnpublishedOutboxAge")
-
-    assert alarm["Namespace"] == "Tollgate"
-    assert alarm["Dimensions"] == [{"Name": "service", "Value": "tollgate-scheduler"}]
-    assert alarm["Statistic"] == "Maximum"
-    assert alarm["Threshold"] == config.outbox_age_alarm_seconds
-    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
-    assert alarm["TreatMissingData"] == "breaching"
-
-
-def test_jobs_queue_age_alarms_when_ingress_stalls(pipeline_template: Template, config: StageConfig) -> None:
-    (jobs_id, _), _ = _queues(pipeline_template)
-    alarm = _alarm_on(pipeline_template, "ApproximateAgeOfOldestMessage")
-
-    assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [jobs_id, "QueueName"]}}]
-    assert alarm["Threshold"] == config.jobs_queue_age_alarm_seconds
-
-
-def test_every_alarm_notifies_the_encrypted_topic(pipeline_template: Template) -> None:
-    topic_id, topic = only(pipeline_template, "AWS::SNS::Topic")
-    (key_id,) = resources(pipeline_template, "AWS::KMS::Key")
-    alarms = resources(pipeline_template, "AWS::CloudWatch::Alarm").values()
-
-    assert topic["Properties"]["KmsMasterKeyId"] == {"Fn::GetAtt": [key_id, "Arn"]}
-    assert len(alarms) == 3
-    for alarm in alarms:
-        assert alarm["Properties"]["AlarmActions"] == [{"Ref": topic_id}]
-        assert alarm["Properties"]["OKActions"] == [{"Ref": topic_id}]
-
-
-def test_cloudwatch_alone_may_use_the_topic_key_and_only_over_tls(pipeline_template: Template) -> None:
-    topic_id, _ = only(pipeline_template, "AWS::SNS::Topic")
-    (key,) = resources(pipeline_template, "AWS::KMS::Key").values()
-    _, topic_policy = only(pipeline_template, "AWS::SNS::TopicPolicy")
-    statements = topic_policy["Properties"]["PolicyDocument"]["Statement"]
-    key_statements = key["Properties"]["KeyPolicy"]["Statement"]
-
-    assert key["Properties"]["EnableKeyRotation"] is True
-    (cloudwatch_key,) = [
-        s for s in key_statements if s["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
-    ]
-    assert set(cloudwatch_key["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
-    assert "aws:SourceAccount" in cloudwatch_key["Condition"]["StringEquals"]
-    assert {
-        "Action": "sns:Publish",
-        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-        "Effect": "Deny",
-    }.items() <= next(s for s in statements if s["Effect"] == "Deny").items()
-    (publish,) = [s for s in statements if s["Effect"] == "Allow"]
-    assert publish["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
-    assert publish["Resource"] == {"Ref": topic_id}
-
-
-def test_alarm_email_is_subscribed_when_configured() -> None:
-    # The construct alone, in a bare stack: a second synth of the whole app would double the suite's time.
-    stack = cdk.Stack(cdk.App(), "Alarms")
-    AlarmTopic(stack, "Alarms", config=StageConfig(stage="dev", alarm_email="ops@example.com"))
-    template: Template = CdkTemplate.from_stack(stack).to_json()
-
-    _, subscription = only(template, "AWS::SNS::Subscription")
-    assert subscription["Properties"]["Protocol"] == "email"
-    assert subscription["Properties"]["Endpoint"] == "ops@example.com"
-
-
-def test_a_malformed_alarm_email_is_rejected() -> None:
-    with pytest.raises(ValidationError, match="alarm_email"):
-        StageConfig(stage="dev", alarm_email="ops at example")
-
-
-def test_no_email_is_subscribed_by_default(pipeline_template: Template, config: StageConfig) -> None:
-    assert config.alarm_email is None
-    assert resources(pipeline_template, "AWS::SNS::Subscription") == {}
-
-
 def test_outputs_name_the_queues_and_the_relay(pipeline_template: Template) -> None:
-    assert {"JobsQueueUrl", "DeadLetterQueueUrl", "RelayFunctionName", "AlarmTopicArn"} <= set(
-        pipeline_template["Outputs"]
-    )
+    assert {"JobsQueueUrl", "DeadLetterQueueUrl", "RelayFunctionName"} <= set(pipeline_template["Outputs"])
