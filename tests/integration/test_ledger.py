@@ -1,0 +1,396 @@
+"""The ledger check against a real database, SQS on moto and an ERP over HTTP: a clean run keeps every
+promise, and each kind of broken promise - a second result, a lost outbox event, an unexplained job, an
+attempt counter that disagrees, a duplicate ERP effect, a message left behind - is caught by its own
+invariant and by no other."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from uuid import UUID
+
+import boto3
+import psycopg
+import pytest
+
+from tests.integration.test_execution import TEXT, ScriptedLlm, claim, make_deps, ok
+from tests.support import invoice_request
+from tollgate.chaos.erp import ErpEndpoint, ErpLog
+from tollgate.chaos.ledger import (
+    ATTEMPTS_CONSISTENT,
+    JOBS_EXPLAINED,
+    NO_DUPLICATE_ERP_EFFECTS,
+    NO_DUPLICATE_RESULTS,
+    NO_LOST_EVENTS,
+    QUEUES_RECONCILED,
+    TITLES,
+    Expectations,
+    LedgerReport,
+    check_ledger,
+    read_queues,
+)
+from tollgate.clock import SystemClock, new_id
+from tollgate.events import EXTRACTION_REQUESTED
+from tollgate.ingress import IngressDeps, ingest_once
+from tollgate.jobs.execution import run_attempt
+from tollgate.llm.client import LlmResult, OutcomeClass
+from tollgate.local.aws import JobsQueues, create_jobs_queues
+from tollgate.local.client import ApiClient
+from tollgate.outbox import RelayDeps, SqsFifoPublisher, relay_outbox
+from tollgate.suppliers import add_supplier
+from tollgate.webhooks.attempts import AttemptDeps, attempt_delivery
+from tollgate.webhooks.deliveries import WebhookDispatcher
+from tollgate.webhooks.endpoints import WEBHOOK_EVENT_TYPES
+from tollgate.webhooks.sender import WebhookSender
+from tollgate.webhooks.signing import sign
+
+pytestmark = pytest.mark.integration
+
+SUCCEEDED = frozenset({"SUCCEEDED"})
+
+
+class DeliverNow:
+    """Step Functions stand-in for these tests: a started delivery makes its attempt at once."""
+
+    def __init__(self, deps: AttemptDeps) -> None:
+        self.deps = deps
+
+    def start(self, delivery_id: UUID, name: str) -> None:
+        attempt_delivery(self.deps, delivery_id)
+
+
+@dataclass
+class World:
+    """Two invoices taken through the real pipeline: accepted, relayed to SQS, taken in, extracted, their
+    webhooks delivered to the tenant's ERP."""
+
+    owner_url: str
+    system_db: object
+    tenant_id: UUID
+    client: ApiClient
+    queues: JobsQueues
+    relay: RelayDeps
+    erp: ErpLog
+    endpoint: ErpEndpoint
+    secret: str
+    job_ids: list[UUID]
+    acknowledged: dict[UUID, frozenset[str]] = field(default_factory=dict)
+    forgotten: set[str] = field(default_factory=set)
+
+    def submit(self, key: str) -> UUID:
+        job_id = UUID(self.client.submit(invoice_request(TEXT), key).json["job_id"])
+        self.acknowledged[job_id] = SUCCEEDED
+        return job_id
+
+    def run_pipeline(self, *results: LlmResult) -> None:
+        """Relay, ingress and one attempt per result, then relay again so the webhooks go out."""
+        relay_outbox(self.relay)
+        sqs = boto3.client("sqs")
+        for _ in range(10):
+            taken = ingest_once(
+                IngressDeps(self.system_db, sqs, self.queues.url, SystemClock(), wait_seconds=0)
+            )  # type: ignore[arg-type]
+            if not taken.received:
+                break
+        for result in results:
+            deps = make_deps(self.system_db, ScriptedLlm(result))
+            asyncio.run(run_attempt(deps, claim(deps)))
+        relay_outbox(self.relay)
+
+    def sql(self, statement: str, *args: object) -> None:
+        with psycopg.connect(self.owner_url) as conn:
+            conn.execute(statement, args)  # type: ignore[arg-type]
+
+    def check(self, **changes: object) -> LedgerReport:
+        expectations = {"acknowledged": self.acknowledged, **changes}
+        return check_ledger(
+            self.system_db,  # type: ignore[arg-type]
+            [self.tenant_id],
+            queues=read_queues(boto3.client("sqs"), self.queues.url, self.queues.dlq_url),
+            erp_effects=[e for e in self.erp.effects if e.webhook_id not in self.forgotten],
+            expectations=Expectations(**expectations),  # type: ignore[arg-type]
+        )
+
+    def post_to_erp(self, webhook_id: str, body: bytes) -> int:
+        headers = sign(self.secret, webhook_id, SystemClock().now(), body)
+        result = WebhookSender(allow_private_targets=True).post(
+            f"{self.endpoint.url}/erp", body, {**headers, "Content-Type": "application/json"}
+        )
+        assert result.status is not None
+        return result.status
+
+
+@pytest.fixture
+def world(make_tenant, system_db, clean_db, local_aws):
+    tenant = make_tenant("ledger")
+    add_supplier(system_db, tenant.tenant_id, "Nordwind Logistik GmbH", "DE89370400440532013000", new_id)
+    created = tenant.client.request(
+        "POST", "/webhook-endpoints", json_body={"url": "http://127.0.0.1:9/pending"}
+    ).json
+    erp = ErpLog()
+    endpoint = ErpEndpoint(created["secret"], erp)
+    tenant.client.request(
+        "PATCH", f"/webhook-endpoints/{created['endpoint_id']}", json_body={"url": f"{endpoint.url}/erp"}
+    )
+    queues = create_jobs_queues(f"ledger-{secrets.token_hex(4)}")
+    attempts = AttemptDeps(
+        db=system_db,
+        clock=SystemClock(),
+        sender=WebhookSender(allow_private_targets=True),
+        jitter=lambda low, high: 0.0,
+        time_scale=0.0,
+    )
+    relay = RelayDeps(
+        db=system_db,
+        clock=SystemClock(),
+        routes={
+            EXTRACTION_REQUESTED: SqsFifoPublisher(boto3.client("sqs"), queues.url),
+            **dict.fromkeys(WEBHOOK_EVENT_TYPES, WebhookDispatcher(system_db, DeliverNow(attempts))),
+        },
+    )
+    world = World(
+        clean_db,
+        system_db,
+        tenant.tenant_id,
+        tenant.client,
+        queues,
+        relay,
+        erp,
+        endpoint,
+        created["secret"],
+        [],
+    )
+    world.job_ids = [world.submit("first"), world.submit("second")]
+    world.run_pipeline(ok(), ok())
+    yield world
+    endpoint.stop()
+
+
+def effect_of(world: World, job_id: UUID):
+    [effect] = [e for e in world.erp.effects if e.job_id == str(job_id)]
+    return effect
+
+
+def test_a_clean_run_keeps_every_promise(world):
+    report = world.check()
+
+    assert report.ok, {k: v.violations for k, v in report.invariants.items()}
+    assert set(report.invariants) == set(TITLES)
+    assert all(invariant.checked > 0 for invariant in report.invariants.values())
+    assert report.totals["jobs SUCCEEDED"] == 2
+    assert report.totals["deliveries delivered"] == 2 and report.totals["ERP effects"] == 2
+
+
+def test_a_second_committed_result_is_caught(world):
+    # A stale worker whose answer was stored as well as the owner's: two attempts each committed one.
+    job_id = world.job_ids[0]
+    world.sql("UPDATE extraction_jobs SET attempt = 2, fence = fence + 1 WHERE job_id = %s", job_id)
+    world.sql(
+        "INSERT INTO job_attempts (job_id, attempt, tenant_id, fence, worker_id, started_at, finished_at,"
+        " outcome) SELECT job_id, 2, tenant_id, fence, 'stale-worker', now(), now(), 'ok'"
+        " FROM extraction_jobs WHERE job_id = %s",
+        job_id,
+    )
+
+    report = world.check()
+
+    assert report.broken == {NO_DUPLICATE_RESULTS}
+    assert any(
+        str(job_id) in v and "each committed a result" in v
+        for v in report.invariants[NO_DUPLICATE_RESULTS].violations
+    )
+
+
+def _unpublished(world: World) -> str:
+    world.sql(
+        "UPDATE outbox_events SET published_at = NULL WHERE aggregate_id = %s AND event_type <> %s",
+        world.job_ids[0],
+        EXTRACTION_REQUESTED,
+    )
+    return "was never published"
+
+
+def _finished_without_event(world: World) -> str:
+    world.sql(
+        "DELETE FROM outbox_events WHERE aggregate_id = %s AND event_type <> %s",
+        world.job_ids[0],
+        EXTRACTION_REQUESTED,
+    )
+    return "finished without its extraction.completed.v1 event"
+
+
+def _never_reached_a_worker(world: World) -> str:
+    world.sql("DELETE FROM execution_inbox WHERE job_id = %s", world.job_ids[0])
+    return "never reached a worker"
+
+
+def _delivery_left_pending(world: World) -> str:
+    world.sql(
+        "UPDATE webhook_deliveries SET state = 'PENDING', delivered_at = NULL WHERE event_id IN"
+        " (SELECT event_id FROM outbox_events WHERE aggregate_id = %s)",
+        world.job_ids[0],
+    )
+    return "is PENDING after 1 attempts"
+
+
+def _erp_never_received(world: World) -> str:
+    # The database says DELIVERED; the ERP's own log has no trace of it (a 3xx taken for success, say).
+    world.forgotten.add(delivery_of(world, world.job_ids[0]))
+    return "is DELIVERED, but the ERP never received it"
+
+
+def delivery_of(world: World, job_id: UUID) -> str:
+    with psycopg.connect(world.owner_url) as conn:
+        row = conn.execute(
+            "SELECT d.delivery_id FROM webhook_deliveries d JOIN outbox_events e USING (event_id)"
+            " WHERE e.aggregate_id = %s",
+            (job_id,),
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+@pytest.mark.parametrize(
+    "lose",
+    [
+        _unpublished,
+        _finished_without_event,
+        _never_reached_a_worker,
+        _delivery_left_pending,
+        _erp_never_received,
+    ],
+)
+def test_a_lost_outbox_event_is_caught(world, lose: Callable[[World], str]):
+    expected = lose(world)
+
+    report = world.check()
+
+    assert report.broken == {NO_LOST_EVENTS}, report.invariants[NO_LOST_EVENTS].violations
+    assert any(expected in v for v in report.invariants[NO_LOST_EVENTS].violations)
+
+
+def _left_ready(world: World) -> dict[str, object]:
+    # Accepted, relayed and taken in, but never run.
+    world.submit("third")
+    world.run_pipeline()
+    return {}
+
+
+def _failed_for_an_unexplained_reason(world: World) -> dict[str, object]:
+    world.submit("third")
+    world.run_pipeline(LlmResult(OutcomeClass.REFUSED, "", error="refused: no"))
+    return {}
+
+
+def _succeeded_where_review_was_due(world: World) -> dict[str, object]:
+    return {"acknowledged": {**world.acknowledged, world.job_ids[0]: frozenset({"REVIEW_REQUIRED"})}}
+
+
+def _never_acknowledged(world: World) -> dict[str, object]:
+    return {"acknowledged": {world.job_ids[0]: SUCCEEDED}}
+
+
+def _cancelled_unasked(world: World) -> dict[str, object]:
+    job_id = world.submit("third")
+    assert world.client.request("POST", f"/extraction-jobs/{job_id}/cancel").status == 200
+    world.run_pipeline()
+    return {}
+
+
+@pytest.mark.parametrize(
+    ("break_it", "expected"),
+    [
+        (_left_ready, "(READY): not terminal"),
+        (_failed_for_an_unexplained_reason, "failed for 'refused'"),
+        (_succeeded_where_review_was_due, "its invoice explains REVIEW_REQUIRED"),
+        (_never_acknowledged, "its tenant was never told of it"),
+        (_cancelled_unasked, "cancelled, but nobody asked"),
+    ],
+)
+def test_an_unexplained_job_is_caught(world, break_it, expected):
+    changes = break_it(world)
+
+    report = world.check(**changes)
+
+    assert report.broken == {JOBS_EXPLAINED}, {k: v.violations for k, v in report.invariants.items()}
+    assert any(expected in v for v in report.invariants[JOBS_EXPLAINED].violations)
+
+
+def test_a_cancellation_that_was_asked_for_is_explained(world):
+    job_id = world.submit("third")
+    world.client.request("POST", f"/extraction-jobs/{job_id}/cancel")
+    world.run_pipeline()
+
+    assert world.check(cancel_requested=frozenset({job_id})).ok
+
+
+def test_exhausted_attempts_explain_a_failure_only_when_every_attempt_was_made(world):
+    job_id = world.submit("third")
+    world.sql("UPDATE extraction_jobs SET max_attempts = 2 WHERE job_id = %s", job_id)
+    throttled = LlmResult(OutcomeClass.THROTTLED, "", error="429", retry_after_seconds=0.0)
+    world.run_pipeline(throttled)
+    world.sql("UPDATE extraction_jobs SET next_attempt_at = now() WHERE job_id = %s", job_id)
+    world.run_pipeline(LlmResult(OutcomeClass.THROTTLED, "", error="429", retry_after_seconds=0.0))
+
+    assert world.check().ok
+    world.sql("UPDATE extraction_jobs SET max_attempts = 3 WHERE job_id = %s", job_id)
+    report = world.check()
+    assert report.broken == {JOBS_EXPLAINED}
+    assert any(
+        "attempts_exhausted after 2 of 3 attempts" in v for v in report.invariants[JOBS_EXPLAINED].violations
+    )
+
+
+@pytest.mark.parametrize(
+    ("statement", "expected"),
+    [
+        ("UPDATE extraction_jobs SET attempt = 2 WHERE job_id = %s", "counter says 2, 1 attempt records"),
+        (
+            "UPDATE job_attempts SET finished_at = NULL, outcome = NULL WHERE job_id = %s",
+            "attempts [1] were never closed",
+        ),
+    ],
+)
+def test_an_attempt_counter_that_disagrees_is_caught(world, statement, expected):
+    world.sql(statement, world.job_ids[0])
+
+    report = world.check()
+
+    assert report.broken == {ATTEMPTS_CONSISTENT}
+    assert any(expected in v for v in report.invariants[ATTEMPTS_CONSISTENT].violations)
+
+
+def test_a_second_erp_effect_for_one_job_is_caught(world):
+    # The same outcome under another webhook-id, as a second event or a second endpoint would send it.
+    effect = effect_of(world, world.job_ids[0])
+    body = json.dumps({"type": effect.event_type, "data": {"job_id": effect.job_id, "state": effect.state}})
+
+    assert world.post_to_erp(str(new_id()), body.encode()) == 200
+    report = world.check()
+
+    assert report.broken == {NO_DUPLICATE_ERP_EFFECTS}
+    assert any("acted 2 times on job" in v for v in report.invariants[NO_DUPLICATE_ERP_EFFECTS].violations)
+
+
+def test_a_redelivery_under_the_same_webhook_id_is_no_second_effect_even_after_an_erp_restart(world):
+    webhook_id = delivery_of(world, world.job_ids[0])
+    world.endpoint.go_down()
+    world.endpoint.come_back()
+
+    assert world.post_to_erp(webhook_id, b'{"data": {}}') == 200
+    assert world.erp.redeliveries == 1
+    assert world.check().ok
+
+
+def test_a_message_left_on_the_jobs_queue_is_caught(world):
+    boto3.client("sqs").send_message(
+        QueueUrl=world.queues.url, MessageBody="{}", MessageGroupId="g", MessageDeduplicationId="left"
+    )
+
+    report = world.check()
+
+    assert report.broken == {QUEUES_RECONCILED}
+    assert report.invariants[QUEUES_RECONCILED].violations == ["1 messages still on the jobs queue"]
