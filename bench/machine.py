@@ -84,9 +84,19 @@ def uncommitted_paths() -> list[str] | None:
 
 
 def command_line(module: str, argv: Sequence[str] | None) -> str:
-    """How to run this again: the module and the options it was given (never the interpreter's path)."""
+    """How to run this again: the module and the options it was given. ``--output`` is left out: it changes
+    no figure, and its value is a path on the machine that ran it."""
     args = list(sys.argv[1:] if argv is None else argv)
-    return shlex.join(["python", "-m", module, *args])
+    kept: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--output":
+            skip = True
+        elif not arg.startswith("--output="):
+            kept.append(arg)
+    return shlex.join(["python", "-m", module, *kept])
 
 
 def describe_machine(

@@ -87,6 +87,17 @@ def postgres_version(machine: Doc) -> str | None:
     return str(postgres["server_version"]) if postgres else None
 
 
+def postgres_text(machine: Doc) -> str:
+    if machine and machine.get("postgres") is None and machine.get("database") is None:
+        return "not used"
+    return not_recorded(postgres_version(machine))
+
+
+def duration(doc: Doc) -> str:
+    seconds = doc["duration_s"]
+    return f"{num(seconds, 1 if seconds < 10 else 0)} s"
+
+
 def load_text(machine: Doc) -> str:
     before, after = machine.get("load_average_before"), machine.get("load_average_after")
     if before is None or after is None:
@@ -203,7 +214,7 @@ def provenance(name: str, doc: Doc) -> list[str]:
     machine = doc.get("machine") or {}
     command, derived = command_text(name, doc)
     lines = [
-        f"Figures from {source(name, doc)} ({num(doc['duration_s'], 0)} s). To reproduce"
+        f"Figures from {source(name, doc)} ({duration(doc)}). To reproduce"
         + (" (command rebuilt from the run's recorded configuration)" if derived else "")
         + ":",
         "",
@@ -227,12 +238,12 @@ def machines_section(results: Mapping[str, Doc]) -> list[str]:
             [
                 f"`{name}.json`",
                 run_date(doc),
-                f"{num(doc['duration_s'], 0)} s",
+                duration(doc),
                 not_recorded(machine.get("cpu_count")),
                 not_recorded(machine.get("cpu_model") or None),
                 not_recorded(memory, lambda b: f"{b / 2**30:.1f} GiB"),
                 not_recorded(machine.get("python")),
-                not_recorded(postgres_version(machine)),
+                postgres_text(machine),
                 load_text(machine),
                 code_text(machine),
             ]

@@ -104,3 +104,12 @@ def test_a_benchmark_without_results_is_listed_as_not_measured(results_copy):
     (results_copy / "accuracy.json").unlink()
     text = report.render(report.load_results(results_copy))
     assert "No results file for: `python -m bench.accuracy`." in text
+
+
+def test_the_recorded_command_leaves_out_where_the_results_were_written():
+    from bench.machine import command_line
+
+    assert command_line("bench.relay", ["--output", "elsewhere.json", "--rounds", "2"]) == (
+        "python -m bench.relay --rounds 2"
+    )
+    assert command_line("bench.drain", ["--quick", "--output=x.json"]) == "python -m bench.drain --quick"
