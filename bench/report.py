@@ -118,9 +118,17 @@ def code_text(machine: Doc) -> str:
     return f"`{commit[:7]}`" + (f" + {len(uncommitted)} uncommitted files" if uncommitted else "")
 
 
+# What a commit costs depends on these more than on anything in Tollgate.
+COMMIT_SETTINGS = ("fsync", "synchronous_commit", "wal_sync_method", "shared_buffers")
+
+
 def database_text(machine: Doc) -> str:
     version = postgres_version(machine)
     described = f"PostgreSQL {version} server" if version else "PostgreSQL server (version not recorded)"
+    postgres = machine.get("postgres") or {}
+    settings = ", ".join(f"{key} {postgres[key]}" for key in COMMIT_SETTINGS if key in postgres)
+    if settings:
+        described += f" ({settings})"
     if machine.get("database") == "DATABASE_URL":
         return f"with `DATABASE_URL` pointing at a {described}; a scratch database is made and dropped"
     if machine.get("database") == "embedded":
@@ -308,7 +316,9 @@ def acceptance_section(doc: Doc) -> list[str]:
         f"{config['requests_per_row']:,} a row after {config['warmup_per_row']} warm-up requests, with "
         f"{config['tenants']} tenants and with one, since acceptance holds a per-tenant lock. The floor is "
         "`insert_job` + `insert_outbox_event` in one transaction, the statements `accept_job` runs, "
-        "measured in the same run at the same concurrency; every other row is divided by it. Rows run one "
+        "measured in the same run at the same concurrency; every other row is divided by it. It is "
+        "mostly the commit's WAL flush, so it moves with the server and its disk: compare ratios to it only "
+        "between runs on the same server. Rows run one "
         "after another, so a burst of other work on the machine lands on one row: the drift column (p50 of "
         "a row's last tenth over its first) shows a row that changed pace while it ran.",
         "",
