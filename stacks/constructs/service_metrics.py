@@ -10,20 +10,21 @@ import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
 
 from stacks.constructs.entrypoint_function import METRICS_NAMESPACE, service_name
+from tollgate import metrics as counted
 
 # Powertools publishes each metric with exactly one dimension, the service; a query must name the same one.
 WORKER_SERVICE = "tollgate-worker"
 WEBHOOK_ATTEMPT_SERVICE = service_name("webhook_attempt")
 
-# tollgate-worker: one per request sent to the provider, one per request it answered with 429.
-PROVIDER_CALLS = "ProviderCalls"
-PROVIDER_THROTTLED = "ProviderThrottled"
-
-# tollgate-webhook-attempt: one per attempt without a 2xx, per delivery whose schedule ran out (or whose
-# endpoint was disabled), and per endpoint disabled (410, or failing for endpoint_disable_after_days).
-DELIVERY_ATTEMPTS_FAILED = "DeliveryAttemptsFailed"
-DELIVERIES_GAVE_UP = "DeliveriesGaveUp"
-ENDPOINTS_DISABLED = "EndpointsDisabled"
+# Counted by the code itself, under names tollgate/metrics.py gives both sides. tollgate-worker: one per
+# request sent to the provider, one per request it answered with 429. tollgate-webhook-attempt: one per
+# attempt without a 2xx, per delivery whose schedule ran out (or whose endpoint was disabled), and per
+# endpoint disabled (410, or failing for endpoint_disable_after_days).
+PROVIDER_CALLS = counted.PROVIDER_CALLS
+PROVIDER_THROTTLED = counted.PROVIDER_THROTTLED
+DELIVERY_ATTEMPTS_FAILED = counted.DELIVERY_ATTEMPTS_FAILED
+DELIVERIES_GAVE_UP = counted.DELIVERIES_GAVE_UP
+ENDPOINTS_DISABLED = counted.ENDPOINTS_DISABLED
 
 # Counted by metric filters on log groups, which publish without any dimension.
 WORKER_ERRORS = "WorkerErrors"
