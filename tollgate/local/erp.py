@@ -39,7 +39,7 @@ class DemoErp:
 
 
 def _log_reply(path: str, reply: Reply) -> None:
-    details = {"erp_path": path, "http_status": reply.status, **reply.body}
+    details = {"component": "erp", "erp_path": path, "http_status": reply.status, **reply.body}
     if reply.status < 300:
         logger.info(f"demo ERP {reply.body.get('status', 'answered')} a webhook", extra=details)
     else:

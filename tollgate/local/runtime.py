@@ -9,6 +9,7 @@ import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -25,6 +26,7 @@ from tollgate.llm.simulator import Latency, SimulatedProvider, SimulatorConfig
 from tollgate.local.aws import JobsQueues, LocalAws, create_documents_bucket, create_jobs_queues
 from tollgate.local.erp import DemoErp
 from tollgate.local.gateway import LocalGateway
+from tollgate.local.logs import as_component
 from tollgate.local.loops import Loop
 from tollgate.local.postgres import server_url
 from tollgate.local.stepfunctions import create_dispatcher
@@ -146,8 +148,8 @@ class LocalStack:
         self._closers.append(self.system_db.close)
 
         self.gateway = LocalGateway(
-            api=AppPool(deps, size=API_CONCURRENCY).handle,
-            authorizer=lambda token, arn: authorize_request(resolver, token, arn),
+            api=as_component("api", AppPool(deps, size=API_CONCURRENCY).handle),
+            authorizer=as_component("authorizer", lambda token, arn: authorize_request(resolver, token, arn)),
             port=self.port,
         )
         self.gateway.start()
@@ -191,8 +193,17 @@ class LocalStack:
         for db in (relay.db, scheduler.db):
             self._closers.append(db.close)
         loops = [
-            Loop("relay", lambda: relay_outbox(relay), self.relay_sweep_seconds, wake=relay_wake.event),
-            Loop("scheduler", lambda: run_scheduler(scheduler), self.scheduler_interval_seconds),
+            Loop(
+                "relay",
+                as_component("relay", lambda: relay_outbox(relay)),
+                self.relay_sweep_seconds,
+                wake=relay_wake.event,
+            ),
+            Loop(
+                "scheduler",
+                as_component("scheduler", lambda: run_scheduler(scheduler)),
+                self.scheduler_interval_seconds,
+            ),
         ]
         for loop in loops:
             loop.on_step = self.notify_activity
@@ -210,6 +221,7 @@ class LocalStack:
         deps = build_webhook_attempts(settings)
         self._closers.append(deps.db.close)
 
+        @partial(as_component, "webhooks")
         def attempt(payload: dict[str, Any]) -> dict[str, Any]:
             outcome = attempt_delivery(deps, UUID(payload["delivery_id"])).as_state_output()
             self.notify_activity()

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from tollgate.ingress import IngressDeps
 from tollgate.jobs.execution import ExecutionDeps
+from tollgate.observability import log_context
 from tollgate.worker import WorkerConfig, run_worker
 
 
@@ -33,7 +34,9 @@ class WorkerThread:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         self._ready.set()
-        await run_worker(*self._args, stop=self._stop, on_activity=self._on_activity)
+        # Its tasks and the threads they start inherit the key: every line says which worker wrote it.
+        with log_context(component=self.name):
+            await run_worker(*self._args, stop=self._stop, on_activity=self._on_activity)
 
     def start(self) -> None:
         self._thread.start()
