@@ -29,6 +29,8 @@ app.add_typer(dlq_app, name="dlq")
 app.add_typer(deliveries_app, name="deliveries")
 
 console = Console()
+# What a script capturing stdout must not get mixed into its value (e.g. the API key of `tenants create`).
+notes = Console(stderr=True)
 DataDir = Annotated[Path, typer.Option(help="Where the embedded PostgreSQL keeps its data.")]
 DEFAULT_DATA_DIR = Path(".tollgate")
 
@@ -48,8 +50,10 @@ def local_up(
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
     """Run the system in the foreground until Ctrl-C."""
+    from tollgate.local.logs import use_readable_logs
     from tollgate.local.runtime import LocalStack
 
+    use_readable_logs()
     stack = LocalStack(port=port, erp_port=erp_port, data_dir=data_dir).start()
     assert stack.erp is not None
     console.print(
@@ -105,7 +109,7 @@ def tenants_create(name: str, data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
         raise typer.Exit(2) from None
     finally:
         db.close()
-    console.print(f"tenant {tenant.name} ({tenant.tenant_id})", highlight=False)
+    notes.print(f"tenant {tenant.name} ({tenant.tenant_id})", highlight=False)
     # The key alone on stdout, so scripts can capture it: API_KEY=$(tollgate tenants create acme)
     print(tenant.api_key)
 

@@ -44,7 +44,9 @@ def test_tenants_create_prints_the_key_once_on_stdout(fresh_database, tmp_path):
     again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
 
     assert first.returncode == 0, first.stderr
-    assert first.stdout.strip().splitlines()[-1].startswith("tg_")
+    # Only the key on stdout: API_KEY=$(tollgate tenants create acme) must capture exactly it.
+    assert first.stdout.count("\n") == 1 and first.stdout.startswith("tg_")
+    assert "tenant " in first.stderr
     assert again.returncode == 2
     assert "already exists" in again.stdout + again.stderr
 
