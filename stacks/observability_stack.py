@@ -274,9 +274,10 @@ class ObservabilityStack(cdk.Stack):
             "alerts": self._alarm(
                 "EndpointAlerts",
                 description=(
-                    "A tenant's webhook endpoint keeps refusing our signature (repeated 401/403, alert=auth) "
-                    f"or was disabled after failing for {disable_after} (alert=disabled). The attempt "
-                    "Lambda's log lines with an 'alert' key name the endpoint and the delivery."
+                    "A tenant's webhook endpoint keeps refusing our signature (repeated 401/403, "
+                    "alert=auth): the tenant probably rotated the secret on their side only. The attempt "
+                    "Lambda's log lines with alert=auth name the endpoint and the delivery. (A disabled "
+                    "endpoint raises EndpointsDisabled instead.)"
                 ),
                 metric=self.endpoint_alerts,
                 threshold=0,

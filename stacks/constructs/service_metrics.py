@@ -29,9 +29,9 @@ ENDPOINTS_DISABLED = counted.ENDPOINTS_DISABLED
 # Counted by metric filters on log groups, which publish without any dimension.
 WORKER_ERRORS = "WorkerErrors"
 WEBHOOK_ENDPOINT_ALERTS = "WebhookEndpointAlerts"
-# Logged by tollgate/webhooks/attempts.py as ERROR lines with an "alert" key. "exhausted" is left out on
-# purpose: a delivery that gave up also fails its execution, which the failed-executions alarm reports.
-ENDPOINT_ALERTS = ("auth", "disabled")
+# Logged by tollgate/webhooks/attempts.py as ERROR lines with an "alert" key. "exhausted" and "disabled"
+# are left out on purpose: DeliveriesGaveUp and EndpointsDisabled count those, so one event pages once.
+ENDPOINT_ALERTS = ("auth",)
 
 # Counts are summed over five minutes: one-minute sums of rare events make spiky graphs and twitchy alarms.
 COUNT_PERIOD = cdk.Duration.minutes(5)
