@@ -103,6 +103,7 @@ class ObservabilityStack(cdk.Stack):
             label="Answered 429 (%)",
         )
 
+        self._api_alarms(rest_api)
         pipeline = self._pipeline_alarms(config, jobs_queue, dead_letter_queue)
         execution = self._jobs_alarms(config)
         delivery = self._delivery_alarms(config, webhook_state_machine)
@@ -153,6 +154,19 @@ class ObservabilityStack(cdk.Stack):
         )
         self.alarms.append(alarm)
         return alarm
+
+    def _api_alarms(self, rest_api: apigw.RestApi) -> None:
+        self._alarm(
+            "ApiServerErrors",
+            description=(
+                "The API answered 5xx: a fault (bad input gets a 4xx, never a 500), or admission's 503 "
+                "because the whole backlog is beyond capacity. For a fault, the acceptance Lambda's log "
+                "group holds the 'unhandled error' line with the tenant and request id; API Gateway's "
+                "access log shows integration errors and timeouts."
+            ),
+            metric=rest_api.metric_server_error(period=COUNT_PERIOD, statistic=cloudwatch.Stats.SUM),
+            threshold=0,
+        )
 
     def _pipeline_alarms(
         self, config: StageConfig, jobs_queue: sqs.IQueue, dead_letter_queue: sqs.IQueue
@@ -255,8 +269,8 @@ class ObservabilityStack(cdk.Stack):
                 "DeliveriesGaveUp",
                 description=(
                     "The attempt Lambda recorded a delivery that gave up: every retry of its schedule "
-                    "failed, or its endpoint was disabled. The delivery stays in PostgreSQL; `tollgate "
-                    "deliveries list` for the tenant's endpoint, and replay once the endpoint answers again."
+                    "(about 28 hours) failed. The delivery stays in PostgreSQL; `tollgate deliveries list` "
+                    "for the tenant's endpoint, and replay once the endpoint answers again."
                 ),
                 metric=service_metric(WEBHOOK_ATTEMPT_SERVICE, DELIVERIES_GAVE_UP),
                 threshold=0,

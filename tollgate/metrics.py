@@ -1,8 +1,8 @@
 """Where numbers go: CloudWatch through Powertools' embedded metric format, or a dictionary in tests.
 
 Job ids, tenants, attempts and fences are log keys, never metric dimensions (each distinct dimension value
-is a separate, billed metric). Names are constants here, so the code that counts and the CDK alarms that
-watch (stacks/constructs) cannot drift apart unnoticed: a test compares them.
+is a separate, billed metric). Names are constants here and the CDK alarms import them
+(stacks/constructs/service_metrics.py), so the code that counts and the alarms that watch share one spelling.
 """
 
 from __future__ import annotations

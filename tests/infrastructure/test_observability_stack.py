@@ -51,6 +51,7 @@ ATTEMPT = "functions.webhook_attempt.handler.lambda_handler"
 API = "functions.api.handler.lambda_handler"
 AUTHORIZER = "functions.authorizer.handler.lambda_handler"
 ALARMS = {
+    "ApiServerErrors",
     "DeadLetters",
     "OutboxAge",
     "JobsQueueAge",
@@ -301,6 +302,15 @@ def test_any_error_line_of_the_worker_alarms(
     assert (transformation["MetricNamespace"], transformation["MetricValue"]) == ("Tollgate", "1")
     assert (alarm["Namespace"], alarm["MetricName"]) == ("Tollgate", WORKER_ERRORS)
     assert "Dimensions" not in alarm
+    assert _is_count_above_zero(alarm)
+
+
+def test_any_5xx_from_the_api_alarms(observability_template: Template, api_template: Template) -> None:
+    _, rest_api = only(api_template, "AWS::ApiGateway::RestApi")
+    alarm = _alarm(observability_template, "ApiServerErrors")
+
+    assert (alarm["Namespace"], alarm["MetricName"]) == ("AWS/ApiGateway", "5XXError")
+    assert _dimension(alarm, "ApiName") == rest_api["Properties"]["Name"]
     assert _is_count_above_zero(alarm)
 
 
