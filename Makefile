@@ -14,7 +14,7 @@ PYTEST_WORKERS ?= 2
 STAGE ?= dev
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-runtime test lint unit integration infrastructure local demo synth bench openapi docs deploy clean
+.PHONY: help setup setup-runtime test lint unit integration infrastructure local demo chaos synth bench openapi docs deploy clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -51,6 +51,9 @@ local: setup-runtime ## Run the whole system in the foreground (API on http://12
 
 demo: setup-runtime ## Start the local system, drive it as tenants would, show the results, stop
 	$(VENV)/bin/tollgate local demo
+
+chaos: setup-runtime ## Inject faults under traffic, then check the ledger; fails if any promise broke (SEED=n)
+	$(VENV)/bin/tollgate local chaos $(if $(SEED),--seed $(SEED))
 
 synth: setup ## Synthesize CloudFormation templates to cdk.out/ offline, with cdk-nag on (STAGE=dev)
 	$(RUN) layers/build.py

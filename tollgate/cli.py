@@ -90,6 +90,30 @@ def local_demo(
         raise typer.Exit(1)
 
 
+@local_app.command("chaos")
+def local_chaos(
+    seed: Annotated[
+        int, typer.Option(help="Draws the invoices, the fault plan and the provider's faults.")
+    ] = 1,
+    jobs: Annotated[
+        int, typer.Option(min=10, max=2000, help="Invoices submitted while faults are injected.")
+    ] = 240,
+    time_limit: Annotated[
+        float,
+        typer.Option(min=30, help="Seconds the whole run may take; what has not settled by then fails."),
+    ] = 480.0,
+    data_dir: Annotated[
+        Path, typer.Option(help="The run's embedded PostgreSQL (unless DATABASE_URL is set) and its logs.")
+    ] = Path(".tollgate/chaos"),
+) -> None:
+    """Inject faults under traffic, then reconcile the ledger. Exit 1 if any promise broke."""
+    from tollgate.chaos.scenario import ChaosConfig, run_chaos
+
+    report = run_chaos(ChaosConfig(seed=seed, jobs=jobs, time_limit=time_limit, data_dir=data_dir), console)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
 @tenants_app.command("create")
 def tenants_create(name: str, data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
     """Create a tenant and print its API key (shown this once, never stored)."""
