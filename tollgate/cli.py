@@ -97,7 +97,7 @@ def local_chaos(
     ] = 1,
     jobs: Annotated[
         int, typer.Option(min=10, max=2000, help="Invoices submitted while faults are injected.")
-    ] = 240,
+    ] = 300,
     time_limit: Annotated[
         float,
         typer.Option(min=30, help="Seconds the whole run may take; what has not settled by then fails."),

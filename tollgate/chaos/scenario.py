@@ -86,7 +86,7 @@ LEDGER_RESERVE_SECONDS = 10.0
 @dataclass(frozen=True)
 class ChaosConfig:
     seed: int = 1
-    jobs: int = 240
+    jobs: int = 300
     time_limit: float = 480.0
     data_dir: Path = DEFAULT_DATA_DIR
     workers: int = 2
