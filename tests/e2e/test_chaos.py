@@ -28,9 +28,10 @@ FAULTS = (
 def test_a_short_chaos_run_injects_every_fault_and_keeps_every_promise(fresh_database, tmp_path):
     env = {**os.environ, "DATABASE_URL": fresh_database(), "COLUMNS": "200"}
     command = [sys.executable, "-m", "tollgate.cli", "local", "chaos", "--seed", "7", "--jobs", "40"]
-    command += ["--time-limit", "75", "--data-dir", str(tmp_path)]
+    # The limit only bounds a run that does not settle; a healthy one ends in about 35 s on two cores.
+    command += ["--time-limit", "100", "--data-dir", str(tmp_path)]
 
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=150, check=False)
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=200, check=False)
 
     output = result.stdout + result.stderr[-3000:]
     assert result.returncode == 0, output[-6000:]

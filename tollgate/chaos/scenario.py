@@ -170,7 +170,7 @@ class ChaosRun:
             report = self._report(ledger, settled, stuck)
             return report
         finally:
-            self._tear_down(keep_database=report is None or not report.ok)
+            self._tear_down(keep_database=report is not None and not report.ok)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -280,12 +280,16 @@ class ChaosRun:
         timeline = threading.Thread(target=self._inject_all, args=(traffic_started,), name="chaos-faults")
         timeline.start()
         spacing = self.config.traffic_seconds / self.config.jobs
-        with ThreadPoolExecutor(max_workers=6, thread_name_prefix="tenant") as pool:
-            for index, invoice in enumerate(invoices):
-                if self._pause_until(traffic_started + index * spacing):
-                    break
-                tenant = self.tenants[index % len(self.tenants)]
-                pool.submit(self._submit, index, tenant, invoice, index in cancels)
+        try:
+            with ThreadPoolExecutor(max_workers=6, thread_name_prefix="tenant") as pool:
+                for index, invoice in enumerate(invoices):
+                    if self._pause_until(traffic_started + index * spacing):
+                        break
+                    tenant = self.tenants[index % len(self.tenants)]
+                    pool.submit(self._submit, index, tenant, invoice, index in cancels)
+        except BaseException:
+            self.abort.set()  # Ctrl-C: the tenants and the fault timeline stop at once, not at the time limit
+            raise
         timeline.join()
         assert self.fleet is not None
         for name in self.fleet.alive("armed-"):
@@ -359,6 +363,8 @@ class ChaosRun:
         assert self.fleet is not None
         assert self.stack is not None
         assert self.stack.simulator is not None
+        planned = record.planned
+        self.console.print(f"{planned.at:6.1f} s  {kind.value} ({planned.unit})", highlight=False)
         try:
             if kind is FaultKind.RELAY_MID_BATCH:
                 self.fleet.arm_relay(CRASHPOINTS[kind])
