@@ -94,3 +94,9 @@ class SystemOverloaded(TollgateError):
     problem_type = "system-overloaded"
     status = 503
     title = "The system backlog is full"
+
+
+class DependencyUnavailable(TollgateError):
+    problem_type = "dependency-unavailable"
+    status = 503
+    title = "A service we depend on is unavailable"

@@ -36,6 +36,12 @@ class DatabaseSettings(BaseSettings):
         description="Role assumed in every transaction; a non-owner, so row-level security applies.",
     )
     database_pool_size: int = Field(default=4, ge=1, le=64, description="Connections kept per process.")
+    database_wait_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=60,
+        description="Longest wait for a connection before giving up (the API then answers 503 Retry-After).",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> DatabaseSettings:

@@ -40,20 +40,22 @@ pytestmark = pytest.mark.infrastructure
 #   must be HTTPS and public, and the sender refuses private addresses.
 # - DELIVERY_TIME_SCALE compresses the webhook retry waits for the local stack; deployed, the schedule is real.
 LEFT_TO_DEFAULT = {
-    "api": {"DATABASE_URL", "DATABASE_ROLE", "WEBHOOKS_ALLOW_INSECURE"},
-    "authorizer": {"DATABASE_URL", "DATABASE_ROLE"},
-    "migrate": {"DATABASE_URL", "DATABASE_ROLE", "MIGRATIONS_DIR"},
-    "outbox_relay": {"DATABASE_URL", "DATABASE_ROLE"},
-    "scheduler": {"DATABASE_URL", "DATABASE_ROLE"},
+    "api": {"DATABASE_URL", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS", "WEBHOOKS_ALLOW_INSECURE"},
+    "authorizer": {"DATABASE_URL", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS"},
+    "migrate": {"DATABASE_URL", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS", "MIGRATIONS_DIR"},
+    "outbox_relay": {"DATABASE_URL", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS"},
+    "scheduler": {"DATABASE_URL", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS"},
     "webhook_attempt": {
         "DATABASE_URL",
         "DATABASE_ROLE",
+        "DATABASE_WAIT_SECONDS",
         "WEBHOOKS_ALLOW_PRIVATE_TARGETS",
         "DELIVERY_TIME_SCALE",
     },
     "worker": {
         "DATABASE_URL",
         "DATABASE_ROLE",
+        "DATABASE_WAIT_SECONDS",
         "OPENAI_BASE_URL",
         "WORKER_ID",
         "CRASHPOINTS",

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Annotated, Any, cast
 from uuid import UUID
 
+import botocore.exceptions
+import psycopg
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
@@ -38,6 +40,7 @@ from tollgate.acceptance.service import (
 from tollgate.api.problems import PROBLEM_CONTENT_TYPE, problem_response
 from tollgate.api.webhook_routes import register_webhook_routes
 from tollgate.errors import (
+    DependencyUnavailable,
     InvalidRequest,
     MissingIdempotencyKey,
     NotFound,
@@ -54,6 +57,8 @@ from tollgate.webhooks.endpoints import EndpointDeps
 
 logger = Logger(service="tollgate-api")
 
+# A database failover or restart usually takes seconds to tens of seconds.
+DEPENDENCY_RETRY_AFTER_SECONDS = 5
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 JSON_CONTENT_TYPE = re.compile(r"^application/json\s*(;.*)?$", re.IGNORECASE)
 # The JSON envelope around a document (keys, quotes, escapes) on top of the document's own limit.
@@ -73,12 +78,13 @@ class ApiDeps:
 
 
 def _problem_responses(*statuses: int) -> dict[int, OpenAPIResponse]:
+    # Every route reads or writes PostgreSQL, so every route may answer 503 while it is unreachable.
     return {
         status: {
             "description": "Problem details (RFC 9457)",
             "content": {PROBLEM_CONTENT_TYPE: {"schema": {}}},
         }
-        for status in statuses
+        for status in sorted({*statuses, 503})
     }
 
 
@@ -219,6 +225,17 @@ def create_app(deps: ApiDeps) -> APIGatewayRestResolver:
             return problem_response(InvalidRequest("the body is not valid JSON", errors=errors))
         return problem_response(ValidationFailed(_summary(errors), errors=errors))
 
+    def dependency_down(error: Exception) -> Response[str]:
+        # The database or S3 did not answer (an outage, a failover, a restart): nothing was committed, and
+        # the same request with the same Idempotency-Key is safe to send again after a short wait.
+        logger.warning("a dependency is unavailable", extra={"error": f"{type(error).__name__}: {error}"})
+        return problem_response(
+            DependencyUnavailable(
+                "a service we depend on did not answer; retry after the Retry-After interval",
+                retry_after=DEPENDENCY_RETRY_AFTER_SECONDS,
+            )
+        )
+
     def unexpected_error(_: Exception) -> Response[str]:
         # Logged with its stack for the operators; the tenant gets a stable problem without internals.
         logger.exception("unhandled error")
@@ -229,6 +246,8 @@ def create_app(deps: ApiDeps) -> APIGatewayRestResolver:
     app.exception_handler(TollgateError)(domain_error)
     app.exception_handler(RequestUnsupportedContentType)(unsupported_content_type)
     app.exception_handler(RequestValidationError)(validation_error)
+    app.exception_handler(psycopg.OperationalError)(dependency_down)  # pool timeouts included
+    app.exception_handler(botocore.exceptions.HTTPClientError)(dependency_down)  # connect and read failures
     app.exception_handler(Exception)(unexpected_error)
 
     @app.not_found

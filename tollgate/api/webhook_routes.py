@@ -96,7 +96,7 @@ def register_webhook_routes(
     @app.get(
         "/webhook-endpoints",
         summary="The tenant's endpoints",
-        responses=ok(EndpointList, "Endpoints"),
+        responses={**ok(EndpointList, "Endpoints"), **problems(401)},
         tags=tags,
     )
     def list_all() -> Response[str]:

@@ -157,10 +157,13 @@ def build_database(
             "row_factory": dict_row,
             # Server-side prepared statements pin RDS Proxy sessions; plain statements keep multiplexing.
             "prepare_threshold": None,
+            "connect_timeout": max(1, int(settings.database_wait_seconds)),
         },
         configure=configure,
         min_size=1,
         max_size=settings.database_pool_size,
+        # Under API Gateway's 29 s limit, so a caller hears 503 from us rather than a gateway timeout.
+        timeout=settings.database_wait_seconds,
         # A Lambda thawed after minutes may hold a dead socket: check before lending it out.
         check=ConnectionPool.check_connection,
         name=pool_name,

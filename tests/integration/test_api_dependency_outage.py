@@ -1,0 +1,75 @@
+"""With PostgreSQL unreachable the API answers 503 with Retry-After, within its own wait, not a 500 or a
+gateway timeout: the request is safe to send again with the same Idempotency-Key."""
+
+from __future__ import annotations
+
+import json
+import socket
+import uuid
+
+import pytest
+from pydantic import SecretStr
+
+from tests.support import invoice_request
+from tollgate.api.app import create_app, handle
+from tollgate.local.gateway import build_event
+from tollgate.settings import ApiSettings
+from tollgate.wiring import build_api
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def unreachable_database_url():
+    """A port that refuses connections: bound and closed again, so nothing listens there."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"postgresql://postgres@127.0.0.1:{port}/tollgate"
+
+
+@pytest.fixture
+def api(unreachable_database_url, local_aws):
+    settings = ApiSettings(
+        database_url=SecretStr(unreachable_database_url), documents_bucket="unused", database_wait_seconds=0.5
+    )
+    deps = build_api(settings)
+    yield create_app(deps), deps
+    deps.acceptance.db.close()
+
+
+def call(api, method, path, body=None, headers=None):
+    app, deps = api
+    event = build_event(method, path, headers or {}, json.dumps(body).encode() if body is not None else b"")
+    event["requestContext"]["authorizer"] = {"tenant_id": str(uuid.uuid4())}
+    return handle(app, deps, event, None)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "headers"),
+    [
+        ("GET", "/extraction-jobs", None, None),
+        (
+            "POST",
+            "/extraction-jobs",
+            invoice_request(),
+            {"Idempotency-Key": "k1", "Content-Type": "application/json"},
+        ),
+    ],
+)
+def test_an_unreachable_database_is_a_503_with_retry_after(api, method, path, body, headers):
+    response = call(api, method, path, body, headers)
+
+    assert response["statusCode"] == 503
+    assert response["multiValueHeaders"]["Retry-After"] == ["5"]
+    problem = json.loads(response["body"])
+    assert problem["type"].endswith("/dependency-unavailable") and problem["status"] == 503
+    assert "postgres" not in response["body"].lower(), "no connection details reach the caller"
+
+
+def test_every_route_documents_the_503(api):
+    app, _ = api
+    document = json.loads(app.get_openapi_json_schema())
+    operations = [op for path in document["paths"].values() for op in path.values()]
+
+    assert operations and all("503" in op["responses"] for op in operations)
