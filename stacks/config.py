@@ -76,8 +76,10 @@ RetryLimits = _settings_section("RetryLimits", RetrySettings, RetrySettings.mode
 """The job retry policy. One section for both readers, the scheduler (reaped leases) and the worker (failed
 attempts), so the two can never schedule retries differently; the fields of ``RetrySettings``."""
 
-SchedulerLimits = _settings_section("SchedulerLimits", SchedulerSettings, ("scheduler_batch_size",))
-"""The scheduler's batch per pass; fields of ``SchedulerSettings``."""
+SchedulerLimits = _settings_section(
+    "SchedulerLimits", SchedulerSettings, ("scheduler_batch_size", "delivery_stall_seconds")
+)
+"""The scheduler's batch per pass and when it restarts a stalled delivery; fields of ``SchedulerSettings``."""
 
 WorkerTuning = _settings_section(
     "WorkerTuning",

@@ -86,9 +86,14 @@ class PipelineStack(cdk.Stack):
             self,
             "Scheduler",
             entrypoint="scheduler",
-            description="Tollgate scheduler: reaps leases, expires deadlines, publishes backlog metrics",
+            description=(
+                "Tollgate scheduler: reaps leases, expires deadlines, restarts stalled deliveries, "
+                "publishes backlog metrics"
+            ),
             environment={
                 **database_environment,
+                # Deliveries whose execution ended without delivering them are started again from here.
+                "WEBHOOK_STATE_MACHINE_ARN": webhook_state_machine.state_machine_arn,
                 **settings_environment(config.retry),
                 **settings_environment(config.scheduler),
             },
@@ -100,7 +105,8 @@ class PipelineStack(cdk.Stack):
         for handler in (self.relay, self.scheduler):
             database_secret.grant_read(handler.function)
         self.jobs_queue.grant_send_messages(self.relay.function)
-        webhook_state_machine.grant_start_execution(self.relay.function)
+        for starter in (self.relay, self.scheduler):
+            webhook_state_machine.grant_start_execution(starter.function)
 
         cdk.CfnOutput(self, "JobsQueueUrl", value=self.jobs_queue.queue_url)
         # The support CLI's `tollgate dlq` commands read and redrive this queue.

@@ -20,6 +20,8 @@ PROVIDER_THROTTLED = "ProviderThrottled"
 DELIVERY_ATTEMPTS_FAILED = "DeliveryAttemptsFailed"
 DELIVERIES_GAVE_UP = "DeliveriesGaveUp"
 ENDPOINTS_DISABLED = "EndpointsDisabled"
+# The scheduler (service tollgate-scheduler): deliveries it found stalled and started again.
+DELIVERIES_RESTARTED = "DeliveriesRestarted"
 
 
 class MetricsSink(Protocol):

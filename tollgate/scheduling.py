@@ -1,4 +1,5 @@
-"""The scheduler's tick: reap expired leases, fail jobs past their deadline, publish backlog metrics.
+"""The scheduler's tick: reap expired leases, fail jobs past their deadline, restart webhook deliveries
+that nothing drives any more, publish backlog metrics.
 
 Runs every minute (and can run twice at once safely: rows are locked with SKIP LOCKED and every update is
 conditioned on the fence it read). A job that ends here gets its ``extraction.failed.v1`` outbox event in
@@ -8,9 +9,10 @@ the same transaction.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID
 
+from aws_lambda_powertools import Logger
 from psycopg.types.json import Jsonb
 
 from tollgate.clock import Clock, IdFactory
@@ -18,7 +20,10 @@ from tollgate.db import Database
 from tollgate.db.database import Conn
 from tollgate.events import EXTRACTION_FAILED
 from tollgate.jobs.retry import Jitter, RetryPolicy, next_attempt_at
-from tollgate.metrics import MetricsSink
+from tollgate.metrics import DELIVERIES_RESTARTED, MetricsSink
+from tollgate.webhooks.deliveries import DeliveryStarter, execution_name
+
+logger = Logger(service="tollgate-scheduler", child=True)
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,11 @@ class SchedulerDeps:
     retry_policy: RetryPolicy
     jitter: Jitter
     batch_size: int = 500
+    # Starts dispatcher executions; None where no dispatcher is deployed (deliveries are then left alone).
+    deliveries: DeliveryStarter | None = None
+    # A PENDING delivery this long past its due attempt has no execution driving it: the longest wait an
+    # execution makes is its recorded next_attempt_at, and Step Functions is then seconds late, not minutes.
+    delivery_stall: timedelta = timedelta(minutes=15)
 
 
 @dataclass
@@ -37,6 +47,7 @@ class SchedulerReport:
     reaped_to_retry: int = 0
     reaped_to_failed: int = 0
     expired: int = 0
+    deliveries_restarted: int = 0
     runnable: int = 0
     oldest_eligible_age_seconds: float = 0.0
     oldest_unpublished_age_seconds: float = 0.0
@@ -46,6 +57,7 @@ def run_scheduler(deps: SchedulerDeps) -> SchedulerReport:
     report = SchedulerReport()
     reap_expired_leases(deps, report)
     expire_past_deadline(deps, report)
+    restart_stalled_deliveries(deps, report)
     publish_backlog_metrics(deps, report)
     return report
 
@@ -125,6 +137,36 @@ def expire_past_deadline(deps: SchedulerDeps, report: SchedulerReport) -> None:
                 conn, deps, job_id=job["job_id"], fence=job["fence"], now=now, reason="deadline_exceeded"
             ):
                 report.expired += 1
+
+
+def restart_stalled_deliveries(deps: SchedulerDeps, report: SchedulerReport) -> None:
+    """A delivery whose execution ended without delivering it (the state machine's retries of a failing
+    attempt spent during a long outage, an execution lost) would stay PENDING forever: start a new execution
+    for it. Counted and committed first, so a crash before the start is found again on the next tick; if
+    the old execution was in fact alive, the receiver sees the same webhook-id twice and keeps one."""
+    if deps.deliveries is None:
+        return
+    q, now = deps.db.q, deps.clock.now()
+    with deps.db.transaction() as conn:
+        rows = conn.execute(
+            q.restart_stalled_deliveries,
+            {"now": now, "stalled_before": now - deps.delivery_stall, "limit": deps.batch_size},
+        ).fetchall()
+    for row in rows:
+        logger.warning(
+            "restarting a stalled webhook delivery",
+            extra={
+                "delivery_id": str(row["delivery_id"]),
+                "tenant_id": str(row["tenant_id"]),
+                "endpoint_id": str(row["endpoint_id"]),
+                "restarts": row["restarts"],
+            },
+        )
+        deps.deliveries.start(
+            row["delivery_id"], execution_name(row["delivery_id"], row["replays"], row["restarts"])
+        )
+        report.deliveries_restarted += 1
+    deps.metrics.count(DELIVERIES_RESTARTED, report.deliveries_restarted)
 
 
 def publish_backlog_metrics(deps: SchedulerDeps, report: SchedulerReport) -> None:

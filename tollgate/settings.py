@@ -161,7 +161,17 @@ class RetrySettings(BaseSettings):
 class SchedulerSettings(SystemDatabaseSettings, RetrySettings):
     """The scheduler Lambda (every minute)."""
 
-    scheduler_batch_size: int = Field(default=500, ge=1, description="Jobs reaped or expired per pass.")
+    scheduler_batch_size: int = Field(
+        default=500, ge=1, description="Jobs reaped or expired, and stalled deliveries restarted, per pass."
+    )
+    webhook_state_machine_arn: str | None = Field(
+        default=None, description="Webhook dispatcher whose stalled deliveries the scheduler restarts."
+    )
+    delivery_stall_seconds: int = Field(
+        default=900,
+        ge=60,
+        description="A PENDING delivery this long past its due attempt is restarted under a new execution.",
+    )
 
 
 class LimiterSettings(BaseSettings):

@@ -116,6 +116,12 @@ def build_scheduler(
         retry_policy=retry_policy(settings),
         jitter=random.uniform,
         batch_size=settings.scheduler_batch_size,
+        deliveries=(
+            StepFunctionsStarter(boto3.client("stepfunctions"), settings.webhook_state_machine_arn)
+            if settings.webhook_state_machine_arn
+            else None
+        ),
+        delivery_stall=timedelta(seconds=settings.delivery_stall_seconds),
     )
 
 

@@ -32,6 +32,7 @@ Template = dict[str, Any]
 ATTEMPT = "functions.webhook_attempt.handler.lambda_handler"
 RELAY = "functions.outbox_relay.handler.lambda_handler"
 API = "functions.api.handler.lambda_handler"
+SCHEDULER = "functions.scheduler.handler.lambda_handler"
 # What CDK grants a state machine for logging to CloudWatch Logs; none of it takes a resource ARN.
 LOG_DELIVERY_ACTIONS = {
     "logs:CreateLogDelivery",
@@ -218,7 +219,7 @@ def test_attempt_lambda_reads_the_database_secret_and_nothing_else(delivery_temp
     }
 
 
-def test_only_the_relay_and_the_api_may_start_executions_and_only_of_the_dispatcher(
+def test_only_the_relay_the_scheduler_and_the_api_may_start_executions_and_only_of_the_dispatcher(
     delivery_template: Template,
     data_template: Template,
     pipeline_template: Template,
@@ -243,6 +244,7 @@ def test_only_the_relay_and_the_api_may_start_executions_and_only_of_the_dispatc
 
     assert {(name, role) for name, role, _ in granted} == {
         ("pipeline", _function_role(pipeline_template, RELAY)),
+        ("pipeline", _function_role(pipeline_template, SCHEDULER)),
         ("api", _function_role(api_template, API)),
     }
     for _, _, statement in granted:

@@ -9,6 +9,7 @@ import json
 import secrets
 import threading
 from collections import deque
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from uuid import UUID
 
@@ -18,13 +19,22 @@ import pytest
 
 from tests.integration.test_execution import TEXT, ScriptedLlm, claim, make_deps, ok
 from tests.support import invoice_request
-from tollgate.clock import SystemClock
+from tollgate.clock import FakeClock, SystemClock, new_id
 from tollgate.jobs.execution import run_attempt
+from tollgate.jobs.retry import RetryPolicy
 from tollgate.local.client import ApiClient
 from tollgate.local.stepfunctions import create_dispatcher
+from tollgate.metrics import RecordedMetrics
 from tollgate.outbox import RelayDeps, relay_outbox
+from tollgate.scheduling import SchedulerDeps, run_scheduler
 from tollgate.webhooks.attempts import AttemptDeps, attempt_delivery
-from tollgate.webhooks.deliveries import ReplayDeps, StepFunctionsStarter, WebhookDispatcher, replay_delivery
+from tollgate.webhooks.deliveries import (
+    NoDispatcher,
+    ReplayDeps,
+    StepFunctionsStarter,
+    WebhookDispatcher,
+    replay_delivery,
+)
 from tollgate.webhooks.endpoints import WEBHOOK_EVENT_TYPES
 from tollgate.webhooks.receiver import WebhookReceiver
 from tollgate.webhooks.sender import WebhookSender
@@ -280,3 +290,46 @@ def test_a_replay_resends_with_the_same_webhook_id_and_the_receiver_deduplicates
     assert dispatcher.wait_until(lambda: len(front.seen) == 2 and delivery(clean_db)[1] in FINAL)
     assert front.seen == [str(delivery_id), str(delivery_id)]
     assert len(receiver.accepted) == 1 and receiver.duplicates == 1
+
+
+def test_the_scheduler_restarts_a_delivery_no_execution_drives_and_leaves_live_ones_alone(
+    secured_tenant, dispatcher, system_db, clean_db, cleanup
+):
+    _, client = secured_tenant
+    endpoint = client.request("POST", "/webhook-endpoints", json_body={"url": "http://127.0.0.1:9/x"}).json
+    receiver = WebhookReceiver(endpoint["secret"]).start()
+    cleanup.append(receiver)
+    client.request("PATCH", f"/webhook-endpoints/{endpoint['endpoint_id']}", json_body={"url": receiver.url})
+    finished_job(client, system_db)
+    # The delivery is recorded, but its execution never runs (as if it had ended during an outage).
+    lost = WebhookDispatcher(system_db, NoDispatcher())
+    relay_outbox(
+        RelayDeps(db=system_db, clock=SystemClock(), routes=dict.fromkeys(WEBHOOK_EVENT_TYPES, lost))
+    )
+    now = SystemClock().now()
+
+    def tick(at):
+        metrics = RecordedMetrics()
+        deps = SchedulerDeps(
+            system_db,
+            FakeClock(at),
+            new_id,
+            metrics,
+            RetryPolicy(),
+            lambda lo, hi: 0.0,
+            deliveries=dispatcher.starter,
+        )
+        return run_scheduler(deps), metrics
+
+    soon, _ = tick(now + timedelta(minutes=5))
+    assert soon.deliveries_restarted == 0, "due only minutes ago: its execution may still be on its way"
+
+    later, metrics = tick(now + timedelta(minutes=16))
+    assert later.deliveries_restarted == 1 and metrics.counts["DeliveriesRestarted"] == 1
+    assert dispatcher.wait_until(settled(clean_db))
+    assert delivery(clean_db)[1:] == ("DELIVERED", 1)
+    [received] = receiver.accepted
+    assert received.webhook_id == str(delivery(clean_db)[0])
+
+    again, _ = tick(now + timedelta(minutes=32))
+    assert again.deliveries_restarted == 0, "a delivered delivery is never restarted"

@@ -189,7 +189,9 @@ class LocalStack:
                 database_url=url, jobs_queue_url=queue_url, webhook_state_machine_arn=self.dispatcher_arn
             )
         )
-        scheduler = build_scheduler(SchedulerSettings(database_url=url), self.metrics)
+        scheduler = build_scheduler(
+            SchedulerSettings(database_url=url, webhook_state_machine_arn=self.dispatcher_arn), self.metrics
+        )
         for db in (relay.db, scheduler.db):
             self._closers.append(db.close)
         loops = [

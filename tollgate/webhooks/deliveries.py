@@ -33,9 +33,15 @@ def delivery_id_for(event_id: UUID, endpoint_id: UUID) -> UUID:
     return uuid.uuid5(DELIVERY_NAMESPACE, f"{event_id}:{endpoint_id}")
 
 
-def execution_name(delivery_id: UUID, replays: int) -> str:
-    """One execution per delivery (a republish cannot start a second); a replay gets a new run of it."""
-    return str(delivery_id) if replays == 0 else f"{delivery_id}-replay-{replays}"
+def execution_name(delivery_id: UUID, replays: int, restarts: int = 0) -> str:
+    """One execution per delivery (a republish cannot start a second); a replay gets a new run of it, and
+    so does a stalled delivery the scheduler restarts. Each part only appears once it is counted."""
+    name = str(delivery_id)
+    if replays:
+        name += f"-replay-{replays}"
+    if restarts:
+        name += f"-restart-{restarts}"
+    return name
 
 
 def render_body(event: OutboxEvent) -> str:
@@ -89,14 +95,14 @@ class WebhookDispatcher:
         outcome: dict[UUID, str | None] = {}
         for event in events:
             try:
-                for delivery_id, replays in self._fan_out(event):
-                    self.starter.start(delivery_id, execution_name(delivery_id, replays))
+                for delivery_id, replays, restarts in self._fan_out(event):
+                    self.starter.start(delivery_id, execution_name(delivery_id, replays, restarts))
                 outcome[event.event_id] = None
             except Exception as error:  # this event stays unpublished and goes out on the next run
                 outcome[event.event_id] = f"{type(error).__name__}: {error}"[:1000]
         return outcome
 
-    def _fan_out(self, event: OutboxEvent) -> list[tuple[UUID, int]]:
+    def _fan_out(self, event: OutboxEvent) -> list[tuple[UUID, int, int]]:
         q = self.db.q
         body = render_body(event)
         with self.db.transaction() as conn:
@@ -118,7 +124,7 @@ class WebhookDispatcher:
                 )
             rows = conn.execute(q.deliveries_for_event, {"event_id": event.event_id}).fetchall()
         # A republish after a crash finds the rows and (re)starts the same executions, which is a no-op.
-        return [(r["delivery_id"], r["replays"]) for r in rows if r["state"] == "PENDING"]
+        return [(r["delivery_id"], r["replays"], r["restarts"]) for r in rows if r["state"] == "PENDING"]
 
 
 class DeliveryAttemptView(BaseModel):
@@ -168,7 +174,7 @@ def list_deliveries(db: Database, tenant_id: UUID, endpoint_id: UUID, limit: int
 
 def _start_all(starter: DeliveryStarter, rows: list[dict[str, Any]]) -> ReplayResult:
     for row in rows:
-        starter.start(row["delivery_id"], execution_name(row["delivery_id"], row["replays"]))
+        starter.start(row["delivery_id"], execution_name(row["delivery_id"], row["replays"], row["restarts"]))
     return ReplayResult(replayed=[row["delivery_id"] for row in rows])
 
 

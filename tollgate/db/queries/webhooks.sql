@@ -61,14 +61,14 @@ LIMIT %(limit)s
 UPDATE webhook_deliveries
 SET state = 'PENDING', replays = replays + 1, delivered_at = NULL, updated_at = %(now)s
 WHERE tenant_id = %(tenant_id)s AND endpoint_id = %(endpoint_id)s AND delivery_id = %(delivery_id)s
-RETURNING delivery_id, replays
+RETURNING delivery_id, replays, restarts
 
 -- name: reopen_failed_deliveries_since
 UPDATE webhook_deliveries
 SET state = 'PENDING', replays = replays + 1, updated_at = %(now)s
 WHERE tenant_id = %(tenant_id)s AND endpoint_id = %(endpoint_id)s AND state = 'FAILED'
   AND created_at >= %(since)s
-RETURNING delivery_id, replays
+RETURNING delivery_id, replays, restarts
 
 -- name: subscribed_endpoints
 SELECT endpoint_id FROM webhook_endpoints
@@ -81,7 +81,7 @@ VALUES (%(delivery_id)s, %(tenant_id)s, %(endpoint_id)s, %(event_id)s, %(event_t
 ON CONFLICT (event_id, endpoint_id) DO NOTHING
 
 -- name: deliveries_for_event
-SELECT delivery_id, replays, state FROM webhook_deliveries WHERE event_id = %(event_id)s
+SELECT delivery_id, replays, restarts, state FROM webhook_deliveries WHERE event_id = %(event_id)s
 
 -- name: lock_delivery
 SELECT d.delivery_id, d.tenant_id, d.endpoint_id, d.event_type, d.body, d.state, d.attempts, d.trace_context,
@@ -131,3 +131,18 @@ WHERE endpoint_id = %(endpoint_id)s AND enabled
 SELECT secret, previous_secret, previous_secret_expires_at
 FROM webhook_endpoints
 WHERE url = %(url)s AND deleted_at IS NULL
+
+-- name: restart_stalled_deliveries
+-- PENDING, yet nothing has happened since its next attempt was due: no execution is driving it any more.
+WITH stalled AS (
+    SELECT delivery_id FROM webhook_deliveries
+    WHERE state = 'PENDING' AND greatest(next_attempt_at, updated_at) < %(stalled_before)s
+    ORDER BY updated_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE webhook_deliveries d
+SET restarts = d.restarts + 1, updated_at = %(now)s
+FROM stalled
+WHERE d.delivery_id = stalled.delivery_id
+RETURNING d.delivery_id, d.tenant_id, d.endpoint_id, d.replays, d.restarts
