@@ -41,6 +41,8 @@ def _page(**fields) -> dict:
 CASES = {
     "body-not-json": (_post(b"{not json"), 400, "invalid-request"),
     "body-truncated-json": (_post(b'{"document": {"pages": ['), 400, "invalid-request"),
+    # Bytes that are not UTF-8 reach the API base64-encoded; JSON is UTF-8 text (RFC 8259).
+    "body-not-utf8": (_post(b'{"document": "\xff\xfe"}'), 400, "invalid-request"),
     "body-is-an-array": (_json([GOOD]), 422, "validation-failed"),
     "body-is-a-string": (_json("hello"), 422, "validation-failed"),
     "body-is-null": (_post(b"null"), 422, "validation-failed"),

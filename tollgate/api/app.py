@@ -6,6 +6,7 @@ application/problem+json; validation failures of any kind are 4xx, never 500.
 
 from __future__ import annotations
 
+import base64
 import json
 import queue
 import re
@@ -293,7 +294,8 @@ def export_openapi() -> str:
 
 
 def precheck(event: dict[str, Any], max_request_bytes: int) -> Response[str] | None:
-    """Refusals that must happen before the body is parsed: wrong media type, oversize body."""
+    """Refusals that must happen before the body is parsed: wrong media type, oversize body, bytes that are
+    not text."""
     if event.get("httpMethod") not in {"POST", "PATCH", "PUT"}:
         return None
     headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
@@ -302,6 +304,13 @@ def precheck(event: dict[str, Any], max_request_bytes: int) -> Response[str] | N
         return problem_response(UnsupportedMediaType("send the request body as application/json"))
     if len(body) > max_request_bytes:
         return problem_response(PayloadTooLarge(f"the request body is larger than {max_request_bytes} bytes"))
+    if event.get("isBase64Encoded"):
+        # A body handed over base64-encoded (binary, or bytes that are not UTF-8) must still be UTF-8 JSON
+        # (RFC 8259); Powertools would fail while decoding it, before any validation could answer.
+        try:
+            body = base64.b64decode(body, validate=True).decode("utf-8")
+        except ValueError:  # binascii.Error and UnicodeDecodeError both are
+            return problem_response(InvalidRequest("the body is not UTF-8 text; send JSON encoded as UTF-8"))
     # Powertools' validation takes the first element of a list sent for a single model (a form-data
     # convenience); a JSON array is not a job, so it is refused here rather than half-read.
     if body.lstrip().startswith("["):
