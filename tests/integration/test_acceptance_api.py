@@ -226,6 +226,15 @@ def test_openapi_is_served_without_a_key_and_equals_the_committed_document(tenan
     assert response.body == committed, "run `make openapi` and commit openapi.json"
 
 
+def test_the_document_says_the_idempotency_key_is_required(tenant, stack):
+    # A client generated from the document must send the key: the API refuses a submission without one.
+    document = tenant.client.request("GET", "/openapi.json", auth=False).json
+
+    parameters = document["paths"]["/extraction-jobs"]["post"]["parameters"]
+    [key] = [p for p in parameters if p["name"].lower() == "idempotency-key"]
+    assert (key["in"], key["required"]) == ("header", True)
+
+
 def test_concurrent_requests_of_different_tenants_are_never_mixed_up(make_tenant, clean_db):
     tenants = [make_tenant(f"t{i}") for i in range(4)]
     work = [(tenant, f"key-{n}") for tenant in tenants for n in range(10)]

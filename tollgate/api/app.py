@@ -132,13 +132,10 @@ def create_app(deps: ApiDeps) -> APIGatewayRestResolver:
     def create_job(
         request: Annotated[CreateJobRequest, Body()],
         idempotency_key: Annotated[
-            str | None,
-            Header(alias="Idempotency-Key", description="Unique per request, 1-255 visible ASCII."),
-        ] = None,
+            str, Header(alias="Idempotency-Key", description="Unique per request, 1-255 visible ASCII.")
+        ],
         traceparent: Annotated[str | None, Header(description="W3C trace context to carry along.")] = None,
     ) -> Response[str]:
-        if idempotency_key is None:
-            raise MissingIdempotencyKey("send an Idempotency-Key header, unique per logical request")
         if not IDEMPOTENCY_KEY.match(idempotency_key):
             raise InvalidRequest("the Idempotency-Key must be 1 to 255 visible ASCII characters")
         trace = trace_for_request(traceparent, app.current_event.headers.get("X-Amzn-Trace-Id"))
@@ -224,6 +221,11 @@ def create_app(deps: ApiDeps) -> APIGatewayRestResolver:
         errors = [_public_error(e) for e in error.errors()]
         if any(e["type"] == "json_invalid" for e in errors):
             return problem_response(InvalidRequest("the body is not valid JSON", errors=errors))
+        if [(e["loc"], e["type"]) for e in errors] == [(["header", "idempotency-key"], "missing")]:
+            # The document marks the key required; when it is all that is wrong, it has its own problem type.
+            return problem_response(
+                MissingIdempotencyKey("send an Idempotency-Key header, unique per logical request")
+            )
         return problem_response(ValidationFailed(_summary(errors), errors=errors))
 
     def dependency_down(error: Exception) -> Response[str]:
