@@ -69,6 +69,9 @@ CASES = {
     "unknown-option": (_with(options={"temperature": 1.5}), 422, "validation-failed"),
     "metadata-value-too-long": (_with(metadata={"filename": "x" * 600}), 422, "validation-failed"),
     "metadata-value-not-string": (_with(metadata={"n": 1}), 422, "validation-failed"),
+    # PostgreSQL jsonb cannot hold U+0000: refused as input, not failed on as a 500.
+    "metadata-value-with-nul": (_with(metadata={"filename": "a\u0000b"}), 422, "validation-failed"),
+    "metadata-key-with-nul": (_with(metadata={"file\u0000name": "a"}), 422, "validation-failed"),
     "missing-idempotency-key": (_json(GOOD, key=None), 400, "missing-idempotency-key"),
     "idempotency-key-too-long": (_json(GOOD, key="k" * 256), 400, "invalid-request"),
     "idempotency-key-with-space": (_json(GOOD, key="two words"), 400, "invalid-request"),

@@ -67,6 +67,9 @@ def test_registering_returns_the_secret_once(client):
         ({"url": URL, "event_types": []}, 422),
         ({"url": URL, "callback": "https://elsewhere.example"}, 422),
         ({"url": 42}, 422),
+        # PostgreSQL text cannot hold U+0000: refused as input, not failed on as a 500.
+        ({"url": URL + "/\u0000"}, 422),
+        ({"url": URL, "description": "ERP\u0000"}, 422),
     ],
     ids=[
         "plain-http",
@@ -76,6 +79,8 @@ def test_registering_returns_the_secret_once(client):
         "no-events",
         "unknown-field",
         "not-a-string",
+        "nul-in-url",
+        "nul-in-description",
     ],
 )
 def test_bad_registrations_are_refused_and_write_nothing(client, body, status):

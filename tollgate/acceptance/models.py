@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
@@ -15,6 +15,9 @@ DOCUMENT_FORMAT = "ocr-pages/v1"
 SCHEMA_VERSIONS = ("invoice.v1",)
 
 PageText = Annotated[str, StringConstraints(min_length=1, max_length=200_000)]
+# PostgreSQL text and jsonb cannot hold U+0000: strings stored there say so in the schema, so that such a
+# value is refused as a 422 instead of failing in the database.
+NO_NUL = r"^[^\x00]*$"
 
 
 class Strict(BaseModel):
@@ -51,6 +54,14 @@ class ExtractionOptions(Strict):
     currency_hint: Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")] | None = None
 
 
+def _key_rule_on_every_key(schema: dict[str, Any]) -> None:
+    """pydantic states a rule on dict keys as patternProperties, which leaves every other key unconstrained;
+    the rule holds for every key (propertyNames) and the value rule for every value."""
+    ((pattern, values),) = schema.pop("patternProperties").items()
+    schema["propertyNames"] = {**schema.get("propertyNames", {}), "pattern": pattern}
+    schema["additionalProperties"] = values
+
+
 class CreateJobRequest(Strict):
     job_type: Literal["invoice_extraction"] = "invoice_extraction"
     document: InlineDocument | DocumentReference
@@ -62,11 +73,13 @@ class CreateJobRequest(Strict):
         default=None, ge=60, description="Seconds from acceptance by which the job must finish."
     )
     metadata: dict[
-        Annotated[str, StringConstraints(max_length=64)], Annotated[str, StringConstraints(max_length=512)]
+        Annotated[str, StringConstraints(max_length=64, pattern=NO_NUL)],
+        Annotated[str, StringConstraints(max_length=512, pattern=NO_NUL)],
     ] = Field(
         default_factory=dict,
         max_length=20,
         description="Free labels such as a filename; not part of identity.",
+        json_schema_extra=_key_rule_on_every_key,
     )
 
 

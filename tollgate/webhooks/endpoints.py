@@ -24,6 +24,10 @@ WEBHOOK_EVENT_TYPES = (EXTRACTION_COMPLETED, EXTRACTION_REVIEW_REQUIRED, EXTRACT
 ROTATION_GRACE = timedelta(hours=24)
 
 EventType = Annotated[str, StringConstraints(pattern=r"^extraction\.(completed|review_required|failed)\.v1$")]
+# PostgreSQL text cannot hold U+0000: the schema refuses it, so such a value is a 422, not a database error.
+NO_NUL = r"^[^\x00]*$"
+Url = Annotated[str, StringConstraints(min_length=8, max_length=2048, pattern=NO_NUL)]
+Description = Annotated[str, StringConstraints(max_length=500, pattern=NO_NUL)]
 
 
 class Strict(BaseModel):
@@ -31,9 +35,9 @@ class Strict(BaseModel):
 
 
 class EndpointCreate(Strict):
-    url: Annotated[str, StringConstraints(min_length=8, max_length=2048)]
+    url: Url
     event_types: list[EventType] = Field(default_factory=lambda: list(WEBHOOK_EVENT_TYPES), min_length=1)
-    description: Annotated[str, StringConstraints(max_length=500)] = ""
+    description: Description = ""
 
     @field_validator("event_types")
     @classmethod
@@ -42,9 +46,9 @@ class EndpointCreate(Strict):
 
 
 class EndpointUpdate(Strict):
-    url: Annotated[str, StringConstraints(min_length=8, max_length=2048)] | None = None
+    url: Url | None = None
     event_types: list[EventType] | None = Field(default=None, min_length=1)
-    description: Annotated[str, StringConstraints(max_length=500)] | None = None
+    description: Description | None = None
     enabled: bool | None = None
 
 
