@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 from datetime import datetime, timedelta
@@ -26,6 +27,12 @@ class NoLimiter:
         return Permit(uuid.uuid4().hex, reservation.pool, reservation.tokens, expires_at)
 
     def release(self, permit: Permit, outcome: Outcome) -> None:
+        pass
+
+    def resize(self, permit: Permit, tokens: int) -> Permit:
+        return dataclasses.replace(permit, tokens=tokens)
+
+    def cancel(self, permit: Permit) -> None:
         pass
 
 
@@ -76,3 +83,9 @@ class PerWorkerAimdLimiter:
                 self._share = self._aimd.decreased(self._share)
             elif outcome.used_tokens is not None:
                 self._share = self._aimd.increased(self._share)
+
+    def resize(self, permit: Permit, tokens: int) -> Permit:
+        return dataclasses.replace(permit, tokens=tokens)  # tokens are left to the provider
+
+    def cancel(self, permit: Permit) -> None:
+        """The paced slot goes unused, as a worker alone has nobody to hand it to."""

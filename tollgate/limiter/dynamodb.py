@@ -30,6 +30,7 @@ other when its pick has no room.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import random
 import threading
@@ -360,6 +361,69 @@ class DynamoDbLimiter:
             # worse than what is lost here: the permit lapses at its expiry, the reservation stays charged.
             logger.warning(
                 "limiter release failed; the permit will expire", extra={"pool": permit.pool}, exc_info=True
+            )
+
+    def resize(self, permit: Permit, tokens: int) -> Permit:
+        resized = dataclasses.replace(permit, tokens=tokens)
+        if tokens == permit.tokens or permit.permit_id.startswith(LOCAL_PERMIT_PREFIX):
+            return resized
+        shard = int(permit.permit_id.split(".", 1)[0])
+        key = self._key(permit.pool, shard)
+        now = self._clock.now().timestamp()
+        state = self._remembered(key) or self._read(key)
+        for _ in range(MAX_ROUNDS):
+            update = _Update()
+            _, tokens_per_second, _ = self._effective(state, shard)
+            delta = (tokens - permit.tokens) / tokens_per_second
+            # Like a charge at release, it lands on the bucket as it is now, even past empty: the call is
+            # about to be sent, and the next acquires wait for the debt instead.
+            update.raise_to(TOKENS, state.tokens_full_at, delta, now + delta if delta > 0 else -math.inf)
+            sent = update.name(TOKENS_SENT)
+            change = update.value(tokens - permit.tokens)
+            update.sets.append(f"{sent} = if_not_exists({sent}, {update.value(0)}) + {change}")
+            try:
+                self._remember(key, self._write(key, update))
+                break
+            except _ConditionFailed as failed:
+                if failed.item is None:
+                    break  # the item is gone (expired pool), and the permit with it
+                state = self._state_after_failure(key, failed)
+        else:
+            raise LimiterUnavailable("the limiter item stayed contended while resizing a reservation")
+        with self._lock:
+            at_grant = self._sent_at_grant.get(permit.permit_id)
+            if at_grant is not None:
+                # The call's own tokens are not "sent since its admission" when its release reads headroom.
+                self._sent_at_grant[permit.permit_id] = (at_grant[0], at_grant[1] + tokens - permit.tokens)
+        return resized
+
+    def cancel(self, permit: Permit) -> None:
+        if permit.permit_id.startswith(LOCAL_PERMIT_PREFIX):
+            return  # the local allowance keeps no permits, and its window is this process's alone
+        shard = int(permit.permit_id.split(".", 1)[0])
+        key = self._key(permit.pool, shard)
+        with self._lock:
+            self._sent_at_grant.pop(permit.permit_id, None)
+        try:
+            state = self._remembered(key) or self._read(key)
+            requests_per_second, tokens_per_second, _ = self._effective(state, shard)
+            update = _Update()
+            # Only a permit still in the item gives anything back, so a second cancel, or one after the permit
+            # lapsed and was reclaimed, cannot return more than its acquire took.
+            update.conditions.append(f"attribute_exists({update.permit(permit.permit_id)})")
+            update.removes.append(update.permit(permit.permit_id))
+            update.raise_to(REQUESTS, state.requests_full_at, -1 / requests_per_second, -math.inf)
+            update.raise_to(TOKENS, state.tokens_full_at, -permit.tokens / tokens_per_second, -math.inf)
+            # The running totals of what was granted keep the cancelled grant: read against a provider's
+            # headroom they then count a call more than was sent, which errs on the safe side.
+            self._remember(key, self._write(key, update))
+        except _ConditionFailed:
+            return  # the permit (or the whole item) is gone already: there is nothing to give back
+        except LimiterUnavailable:
+            # Giving back is a courtesy: the permit lapses at its expiry, and until then the budget errs on
+            # the safe side.
+            logger.warning(
+                "limiter cancel failed; the permit will expire", extra={"pool": permit.pool}, exc_info=True
             )
 
     # -- acquire ---------------------------------------------------------------------------------------

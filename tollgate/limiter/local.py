@@ -3,6 +3,7 @@ the fallback for tests; several workers share a budget only through the DynamoDB
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 from datetime import timedelta
@@ -76,6 +77,26 @@ class InProcessLimiter:
             if outcome.throttled:
                 wait = outcome.retry_after_seconds or DEFAULT_COOLDOWN_SECONDS
                 self._cooldown_until = max(self._cooldown_until, self._clock.now() + timedelta(seconds=wait))
+
+    def resize(self, permit: Permit, tokens: int) -> Permit:
+        with self._lock:
+            self._refill()
+            # A charge may take the bucket below empty: later acquires wait until it has refilled.
+            self._tokens = min(self._tpm, self._tokens + permit.tokens - tokens)
+            resized = dataclasses.replace(permit, tokens=tokens)
+            if permit.permit_id in self._in_flight:
+                self._in_flight[permit.permit_id] = resized
+            return resized
+
+    def cancel(self, permit: Permit) -> None:
+        with self._lock:
+            self._refill()
+            # Only a permit still held gives anything back: cancelling twice, or after it lapsed, returns
+            # nothing more than was taken.
+            if self._in_flight.pop(permit.permit_id, None) is None:
+                return
+            self._requests = min(self._rpm, self._requests + 1)
+            self._tokens = min(self._tpm, self._tokens + permit.tokens)
 
     @property
     def in_flight(self) -> int:
