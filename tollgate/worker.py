@@ -1,7 +1,9 @@
 """The worker process: one ingress consumer and N execution slots in one asyncio loop.
 
 Ingress wakes idle slots when it records events; slots also look for work on their own every few seconds,
-so a lost signal only delays work. On stop, slots claim nothing more and in-flight attempts get
+so a lost signal only delays work. A slot takes the provider budget before it claims a job: while the budget
+is the bottleneck, waiting slots hold permits-to-be, not jobs, so each call that can go out goes to the job
+the fair claim picks at that moment. On stop, slots claim nothing more and in-flight attempts get
 ``drain_seconds`` to finish; what is still running then is handed back (RETRY_SCHEDULED, fence moved).
 """
 
@@ -15,8 +17,9 @@ from dataclasses import dataclass
 from aws_lambda_powertools import Logger
 
 from tollgate.ingress import IngressDeps, IngressOutcome, ingest_once
-from tollgate.jobs.execution import ExecutionDeps, job_log_keys, run_attempt
-from tollgate.jobs.leasing import ClaimedJob, claim_next_job, release_job
+from tollgate.jobs.execution import Claimed, ExecutionDeps, claim_within_budget, job_log_keys, run_attempt
+from tollgate.jobs.leasing import release_job
+from tollgate.limiter.base import LimiterUnavailable
 from tollgate.observability import log_context
 
 logger = Logger(service="tollgate-worker", child=True)
@@ -66,31 +69,32 @@ async def _run_slot(
 ) -> None:
     while not stop.is_set():
         try:
-            job = await asyncio.to_thread(
-                claim_next_job,
-                deps.db,
-                deps.clock,
-                worker_id=deps.worker_id,
-                lease_seconds=deps.lease_seconds,
-                tenant_cap=config.tenant_cap,
-            )
+            claimed = await claim_within_budget(deps, tenant_cap=config.tenant_cap, stop=stop)
+        except LimiterUnavailable as error:
+            # Fail closed before the claim: the jobs stay runnable and no attempt is spent on them.
+            logger.warning("provider budget unavailable; claiming nothing", extra={"error": str(error)})
+            await _wait(stop, config.idle_seconds)
+            continue
         except Exception:
             logger.exception("claim failed")
             await _wait(stop, config.idle_seconds)
             continue
-        if job is None:
+        if claimed is None:
+            if stop.is_set():
+                break
             wake.clear()
             await _wait(wake, config.idle_seconds)
             continue
-        await _run_guarded(deps, job)
+        await _run_guarded(deps, claimed)
         on_activity()
 
 
-async def _run_guarded(deps: ExecutionDeps, job: ClaimedJob) -> None:
+async def _run_guarded(deps: ExecutionDeps, claimed: Claimed) -> None:
+    job = claimed.job
     # Each slot is its own task, so these keys stay on this attempt's lines, threads it starts included.
     with log_context(**job_log_keys(job)):
         try:
-            await run_attempt(deps, job)
+            await run_attempt(deps, job, claimed.permit)
         except asyncio.CancelledError:
             # Shutdown ran out of time: hand the job back rather than leave it to the lease reaper.
             await asyncio.to_thread(release_job, deps.db, deps.clock, job)

@@ -1,5 +1,10 @@
 """One attempt of one claimed job: budget, provider call, validation, and the fenced write of the outcome.
 
+The worker takes the budget first and claims after (``claim_within_budget``): a slot waiting for the
+provider budget holds no job, so the fair claim across tenants is made when a call can go out, and a
+tenant's job claimed late never queues behind other tenants' claimed jobs for budget. The permit is sized
+by the job the claim would pick, resized to the job it did pick, and cancelled if no call is made.
+
 The lease is renewed in the background while the call runs; if a heartbeat finds the fence moved, the
 call is abandoned and nothing is written for the job. The outcome - state, result, attempt record and the
 outbox event - is written in one transaction, conditioned on state RUNNING, our fence and an unexpired
@@ -34,7 +39,7 @@ from tollgate.extraction.validation import (
     validate_invoice,
 )
 from tollgate.faults import AFTER_PROVIDER_RESPONSE, crashpoint
-from tollgate.jobs.leasing import ClaimedJob, extend_lease
+from tollgate.jobs.leasing import ClaimedJob, claim_next_job, extend_lease, peek_next_job
 from tollgate.jobs.retry import Jitter, RetryPolicy, next_attempt_at
 from tollgate.jobs.states import JobState
 from tollgate.limiter.base import Denied, Limiter, LimiterUnavailable, Outcome, Permit, Reservation
@@ -118,26 +123,124 @@ def cost_of(
     return (cost / Decimal(1_000_000)).quantize(Decimal("0.000001"))
 
 
-async def run_attempt(deps: ExecutionDeps, job: ClaimedJob) -> AttemptReport:
+@dataclass(frozen=True)
+class Claimed:
+    """A job claimed under a permit taken for it; ``permit`` is None only when the permit could not be fitted
+    to the job (the budget became unreachable), and the attempt then asks for one itself."""
+
+    job: ClaimedJob
+    permit: Permit | None
+
+
+# A claim that finds the peeked job taken by another slot looks again this many times before idling.
+CLAIM_ROUNDS = 3
+
+
+async def claim_within_budget(deps: ExecutionDeps, *, tenant_cap: int, stop: asyncio.Event) -> Claimed | None:
+    """Budget first, then the claim. None when nothing is runnable, or on stop.
+
+    Raises LimiterUnavailable when the budget cannot be reached: nothing is claimed then (fail closed), so
+    no attempt is spent on a call that could not be made.
+    """
+    for _ in range(CLAIM_ROUNDS):
+        tokens = await asyncio.to_thread(peek_next_job, deps.db, deps.clock, tenant_cap=tenant_cap)
+        if tokens is None:
+            return None
+        permit = await _acquire(deps, Reservation(deps.provider_pool, tokens), stop)
+        if permit is None:
+            return None
+        try:
+            job = await asyncio.to_thread(
+                claim_next_job,
+                deps.db,
+                deps.clock,
+                worker_id=deps.worker_id,
+                lease_seconds=deps.lease_seconds,
+                tenant_cap=tenant_cap,
+            )
+        except BaseException:
+            await _cancel_quietly(deps, permit)
+            raise
+        if job is None:
+            await _cancel_quietly(deps, permit)  # another slot took it first: no call, nothing spent
+            continue
+        return Claimed(job, await _fit(deps, permit, job))
+    return None
+
+
+async def _acquire(deps: ExecutionDeps, reservation: Reservation, stop: asyncio.Event) -> Permit | None:
+    """Waits for the budget without holding a job; None if the worker stops meanwhile."""
+    while not stop.is_set():
+        granted = await asyncio.to_thread(deps.limiter.try_acquire, reservation)
+        if isinstance(granted, Permit):
+            return granted
+        await _sleep_unless(deps, min(granted.wait_seconds, deps.heartbeat_seconds), stop)
+    return None
+
+
+async def _sleep_unless(deps: ExecutionDeps, seconds: float, stop: asyncio.Event) -> None:
+    sleeping = asyncio.ensure_future(deps.sleep(seconds))
+    stopping = asyncio.ensure_future(stop.wait())
     try:
-        pages = await asyncio.to_thread(_load_pages, deps, job)
-    except DocumentUnavailable as error:
-        # Retrying cannot bring a lost object version back: end the job with the reason.
-        result = LlmResult(OutcomeClass.DOCUMENT_UNAVAILABLE, "", error=str(error))
-        return await asyncio.to_thread(_finish, deps, job, (), result)
-    model = deps.router.choose(job.model_policy, pages)
-    lost = asyncio.Event()
-    heartbeat = asyncio.create_task(_heartbeat(deps, job, lost))
-    try:
-        result = await _call_within_budget(deps, job, pages, model, lost)
-    except LeaseLost:
-        logger.warning("lease lost; attempt abandoned")
-        await asyncio.to_thread(_record_discarded, deps, job, None)
-        return AttemptReport(AttemptEnd.LOST, model=model)
+        await asyncio.wait({sleeping, stopping}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        heartbeat.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await heartbeat
+        for task in (sleeping, stopping):
+            task.cancel()
+
+
+async def _fit(deps: ExecutionDeps, permit: Permit, job: ClaimedJob) -> Permit | None:
+    """The permit reserving at least the claimed job's estimate. A larger reservation is kept until the
+    release reconciles it with the tokens used: holding a little more for one call is safe and saves the
+    limiter a write; holding less than the job may use is not."""
+    if job.estimated_tokens <= permit.tokens:
+        return permit
+    try:
+        return await asyncio.to_thread(deps.limiter.resize, permit, job.estimated_tokens)
+    except LimiterUnavailable:
+        # The job is claimed; the attempt asks for a permit itself and, failing closed, is retried later.
+        await _cancel_quietly(deps, permit)
+        return None
+
+
+async def _cancel_quietly(deps: ExecutionDeps, permit: Permit) -> None:
+    try:
+        await asyncio.to_thread(deps.limiter.cancel, permit)
+    except LimiterUnavailable:
+        logger.warning("budget permit not returned; it expires on its own", exc_info=True)
+
+
+async def run_attempt(deps: ExecutionDeps, job: ClaimedJob, permit: Permit | None = None) -> AttemptReport:
+    """Runs one attempt. ``permit``, when given, is the budget taken before the claim: the call goes out
+    under it and it is released after the call, or cancelled when no call is made. Without one, the
+    attempt acquires its own (waiting for the budget while it holds the job)."""
+    unused = permit
+    try:
+        try:
+            pages = await asyncio.to_thread(_load_pages, deps, job)
+        except DocumentUnavailable as error:
+            # Retrying cannot bring a lost object version back: end the job with the reason.
+            if permit is not None:
+                unused = None
+                await _cancel_quietly(deps, permit)
+            result = LlmResult(OutcomeClass.DOCUMENT_UNAVAILABLE, "", error=str(error))
+            return await asyncio.to_thread(_finish, deps, job, (), result)
+        model = deps.router.choose(job.model_policy, pages)
+        lost = asyncio.Event()
+        heartbeat = asyncio.create_task(_heartbeat(deps, job, lost))
+        try:
+            unused = None  # from here the call owns the permit: it releases or cancels it
+            result = await _call_within_budget(deps, job, pages, model, lost, permit=permit)
+        except LeaseLost:
+            logger.warning("lease lost; attempt abandoned")
+            await asyncio.to_thread(_record_discarded, deps, job, None)
+            return AttemptReport(AttemptEnd.LOST, model=model)
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+    finally:
+        if unused is not None:
+            await _cancel_quietly(deps, unused)  # the attempt ended before its call (an error, or stop)
     crashpoint(AFTER_PROVIDER_RESPONSE)
     return await asyncio.to_thread(_finish, deps, job, pages, result)
 
@@ -171,10 +274,18 @@ async def _heartbeat(deps: ExecutionDeps, job: ClaimedJob, lost: asyncio.Event) 
 
 
 async def _call_within_budget(
-    deps: ExecutionDeps, job: ClaimedJob, pages: tuple[str, ...], model: str, lost: asyncio.Event
+    deps: ExecutionDeps,
+    job: ClaimedJob,
+    pages: tuple[str, ...],
+    model: str,
+    lost: asyncio.Event,
+    *,
+    permit: Permit | None = None,
 ) -> LlmResult:
+    if permit is not None and lost.is_set():
+        await _cancel_quietly(deps, permit)
+        raise LeaseLost
     reservation = Reservation(deps.provider_pool, job.estimated_tokens)
-    permit: Permit | None = None
     while permit is None:
         if lost.is_set():
             raise LeaseLost
@@ -194,6 +305,11 @@ async def _call_within_budget(
     watch = asyncio.create_task(lost.wait())
     try:
         await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        # The worker is stopping: the request may have gone out, so the permit is released, not cancelled.
+        call.cancel()
+        await asyncio.to_thread(deps.limiter.release, permit, Outcome())
+        raise
     finally:
         watch.cancel()
     deps.metrics.count(PROVIDER_CALLS)

@@ -1,8 +1,10 @@
 """Claiming jobs with a lease and a fence, and keeping the lease alive while the attempt runs.
 
 The claim is one short transaction: pick fairly across tenants, move the job to RUNNING with attempt+1 and
-fence+1, open the attempt record, commit. Inference runs after that commit. A heartbeat extends the lease
-only while the fence still matches; when it does not, the attempt has lost the job and must stop.
+fence+1, open the attempt record, commit. Inference runs after that commit. A worker claims only once it
+holds the provider budget for a call (sized by ``peek_next_job``), so a claimed job never waits for budget
+and the claim's choice across tenants is made when a call can go out. A heartbeat extends the lease only
+while the fence still matches; when it does not, the attempt has lost the job and must stop.
 """
 
 from __future__ import annotations
@@ -59,6 +61,14 @@ def claim_next_job(
             },
         )
     return job
+
+
+def peek_next_job(db: Database, clock: Clock, *, tenant_cap: int) -> int | None:
+    """The estimated tokens of the job a claim would pick now, or None when nothing is runnable. Takes
+    nothing: a slot sizes the budget it acquires before claiming by this."""
+    with db.transaction() as conn:
+        row = conn.execute(db.q.peek_next_job, {"now": clock.now(), "tenant_cap": tenant_cap}).fetchone()
+    return None if row is None else int(row["estimated_tokens"])
 
 
 def extend_lease(db: Database, clock: Clock, job: ClaimedJob, lease_seconds: float) -> bool:

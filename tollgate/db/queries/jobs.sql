@@ -44,6 +44,34 @@ WHERE j.job_id = picked.job_id
 RETURNING j.job_id, j.tenant_id, j.attempt, j.max_attempts, j.fence, j.deadline_at, j.document_id,
           j.model_policy, j.estimated_tokens, j.trace_context, j.state_version
 
+-- name: peek_next_job
+-- The estimated tokens of the job claim_next_job would pick now (the same offers, the same order), without
+-- taking it: a slot sizes its budget permit by it before it claims. Nothing is locked, so the job claimed a
+-- moment later may be another one; the slot then resizes the permit to that job's estimate.
+WITH load AS (
+    SELECT tenant_id, count(*) AS running, sum(estimated_tokens) AS tokens
+    FROM extraction_jobs WHERE state = 'RUNNING'
+    GROUP BY tenant_id
+), offers AS (
+    SELECT best.estimated_tokens,
+           (coalesce(l.tokens, 0) + best.estimated_tokens)::float8 / (best.priority + 1) AS score,
+           best.ready_at
+    FROM tenants t
+    LEFT JOIN load l ON l.tenant_id = t.tenant_id
+    CROSS JOIN LATERAL (
+        SELECT j.priority, j.estimated_tokens, coalesce(j.next_attempt_at, j.created_at) AS ready_at
+        FROM extraction_jobs j
+        WHERE j.tenant_id = t.tenant_id
+          AND (j.state = 'READY' OR (j.state = 'RETRY_SCHEDULED' AND j.next_attempt_at <= %(now)s))
+          AND j.deadline_at > %(now)s
+          AND j.attempt < j.max_attempts
+        ORDER BY j.priority DESC, j.created_at
+        LIMIT 4
+    ) best
+    WHERE coalesce(l.running, 0) < %(tenant_cap)s
+)
+SELECT o.estimated_tokens FROM offers o ORDER BY o.score, o.ready_at LIMIT 1
+
 -- name: insert_attempt
 INSERT INTO job_attempts (job_id, attempt, tenant_id, fence, worker_id, started_at)
 VALUES (%(job_id)s, %(attempt)s, %(tenant_id)s, %(fence)s, %(worker_id)s, %(now)s)
