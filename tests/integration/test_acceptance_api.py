@@ -233,6 +233,7 @@ def test_the_document_says_the_idempotency_key_is_required(tenant, stack):
     parameters = document["paths"]["/extraction-jobs"]["post"]["parameters"]
     [key] = [p for p in parameters if p["name"].lower() == "idempotency-key"]
     assert (key["in"], key["required"]) == ("header", True)
+    assert key["schema"]["pattern"] == "^[\\x21-\\x7e]{1,255}$", "and what a key may look like"
 
 
 def test_concurrent_requests_of_different_tenants_are_never_mixed_up(make_tenant, clean_db):

@@ -60,7 +60,7 @@ logger = Logger(service="tollgate-api")
 
 # A database failover or restart usually takes seconds to tens of seconds.
 DEPENDENCY_RETRY_AFTER_SECONDS = 5
-IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
+IDEMPOTENCY_KEY = r"^[\x21-\x7e]{1,255}$"
 JSON_CONTENT_TYPE = re.compile(r"^application/json\s*(;.*)?$", re.IGNORECASE)
 # The JSON envelope around a document (keys, quotes, escapes) on top of the document's own limit.
 ENVELOPE_ALLOWANCE = 64 * 1024
@@ -132,12 +132,15 @@ def create_app(deps: ApiDeps) -> APIGatewayRestResolver:
     def create_job(
         request: Annotated[CreateJobRequest, Body()],
         idempotency_key: Annotated[
-            str, Header(alias="Idempotency-Key", description="Unique per request, 1-255 visible ASCII.")
+            str,
+            Header(
+                alias="Idempotency-Key",
+                description="Unique per request, 1-255 visible ASCII.",
+                pattern=IDEMPOTENCY_KEY,
+            ),
         ],
         traceparent: Annotated[str | None, Header(description="W3C trace context to carry along.")] = None,
     ) -> Response[str]:
-        if not IDEMPOTENCY_KEY.match(idempotency_key):
-            raise InvalidRequest("the Idempotency-Key must be 1 to 255 visible ASCII characters")
         trace = trace_for_request(traceparent, app.current_event.headers.get("X-Amzn-Trace-Id"))
         accepted = accept_job(deps.acceptance, tenant_id(), idempotency_key, request, trace.traceparent)
         job = accepted.job
@@ -221,10 +224,14 @@ def create_app(deps: ApiDeps) -> APIGatewayRestResolver:
         errors = [_public_error(e) for e in error.errors()]
         if any(e["type"] == "json_invalid" for e in errors):
             return problem_response(InvalidRequest("the body is not valid JSON", errors=errors))
-        if [(e["loc"], e["type"]) for e in errors] == [(["header", "idempotency-key"], "missing")]:
-            # The document marks the key required; when it is all that is wrong, it has its own problem type.
+        if errors and all(e["loc"] == ["header", "idempotency-key"] for e in errors):
+            # When the key is all that is wrong, the answer is the 400 the API documents for it.
+            if errors[0]["type"] == "missing":
+                return problem_response(
+                    MissingIdempotencyKey("send an Idempotency-Key header, unique per logical request")
+                )
             return problem_response(
-                MissingIdempotencyKey("send an Idempotency-Key header, unique per logical request")
+                InvalidRequest("the Idempotency-Key must be 1 to 255 visible ASCII characters")
             )
         return problem_response(ValidationFailed(_summary(errors), errors=errors))
 
