@@ -10,8 +10,11 @@ job), concurrency / mean latency), the provider's 429s as a share of attempts, t
 saw in flight against its cap, and the light tenants' p95 time to completion against the heavy tenant's
 and against one job's service time on an idle system.
 
-``python -m bench.drain`` writes bench/results/drain.json and prints a table; ``--quick`` is a smoke run.
-This is a report, not a test: targets are printed next to the figures, never asserted.
+Two provider profiles, each recorded in its own results file: ``--profile concurrency`` (the default:
+calls in flight bind, bench/results/drain.json) and ``--profile tokens`` (tokens per minute bind,
+bench/results/drain_tokens.json), where each slot's wait for budget, not for a free slot, decides how soon
+a light tenant's job runs. ``--quick`` is a smoke run. This is a report, not a test: targets are printed
+next to the figures, never asserted.
 """
 
 from __future__ import annotations
@@ -84,6 +87,27 @@ TARGETS = {
 }
 
 
+@dataclass(frozen=True)
+class Profile:
+    """Which provider limit binds, the provider's tokens per minute that make it so, and where it is recorded.
+
+    ``warmup_s``: a provider's per-minute buckets start full, so where one of them binds, the first minute is
+    a burst bound by something else. The window opens after the backlog has drained that long."""
+
+    tokens_per_minute: int
+    warmup_s: float
+    output: Path
+
+
+PROFILES = {
+    # Calls in flight bind, as they do for slow LLM calls (seconds each); requests and tokens per minute
+    # leave some room.
+    "concurrency": Profile(3_600_000, 0.0, DEFAULT_OUTPUT),
+    # A quarter of the tokens: 2.9 jobs/s at ~5,100 reserved tokens a job, against 10 for concurrency.
+    "tokens": Profile(900_000, 60.0, BENCH_DIR / "results" / "drain_tokens.json"),
+}
+
+
 def queries() -> Queries:
     return load_queries(BENCH_DIR / "drain_queries")
 
@@ -128,6 +152,8 @@ SCENARIOS = (
 
 @dataclass(frozen=True)
 class Config:
+    profile: str
+    warmup_s: float
     heavy_jobs: int
     light_tenants: int
     light_jobs_each: int
@@ -454,6 +480,11 @@ class ScenarioRun:
             loader = threading.Thread(target=self.load_backlog, daemon=True)
             loader.start()
             self.backlog_ready.wait(120)
+            if config.warmup_s:
+                self.console.print(
+                    f"    warm-up: {config.warmup_s:.0f} s of draining before the window opens"
+                )
+                self.warm_up(fleet)
             started = time.monotonic()
             started_at = datetime.now(UTC)
             lights = threading.Thread(target=self.submit_light_jobs, args=(started,), daemon=True)
@@ -468,6 +499,16 @@ class ScenarioRun:
             exit_codes = fleet.stop()
             simulator.stop()
         return self.result(solo, started_at, ended_at, window, stats, exit_codes)
+
+    def warm_up(self, fleet: WorkerFleet) -> None:
+        """Lets the backlog drain until the provider's full per-minute buckets are spent, so the window
+        measures the limit the profile binds on, not the first minute's burst."""
+        until = time.monotonic() + self.config.warmup_s
+        while time.monotonic() < until:
+            if fleet.exited():
+                self.errors.append(f"worker processes exited during the warm-up: pids {fleet.exited()}")
+                return
+            time.sleep(0.25)
 
     def measure_solo(self) -> float | None:
         """Jobs run one at a time on an idle system; returns their mean time from accepted to finished. The
@@ -707,6 +748,13 @@ def machine_info(env: Environment) -> dict[str, Any]:
 
 def parse_args(argv: Sequence[str] | None) -> Config:
     parser = argparse.ArgumentParser(prog="python -m bench.drain", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        default="concurrency",
+        help="which provider limit binds: concurrency (default, results in drain.json) or tokens per minute "
+        "(--tpm 900000 and a 60 s warm-up, results in drain_tokens.json)",
+    )
     parser.add_argument("--quick", action="store_true", help="smoke run: a few hundred jobs, 12 s each")
     parser.add_argument("--heavy-jobs", type=int, help="the heavy tenant's backlog (default 2000; quick 250)")
     parser.add_argument("--window", type=float, help="seconds each scenario drains (default 100; quick 12)")
@@ -719,18 +767,28 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     )
     parser.add_argument("--rpm", type=int, default=720, help="provider requests per minute (default 720)")
     parser.add_argument(
-        "--tpm", type=int, default=3_600_000, help="provider tokens per minute (default 3.6M)"
+        "--tpm", type=int, help="provider tokens per minute (default 3.6M; 900k with --profile tokens)"
+    )
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        help="seconds the backlog drains before the window opens (default 0; 60 with --profile tokens)",
     )
     parser.add_argument("--concurrency", type=int, default=20, help="provider calls in flight (default 20)")
     parser.add_argument("--latency", type=float, default=2.0, help="provider mean latency, s (default 2.0)")
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="where the JSON report goes")
+    parser.add_argument(
+        "--output", type=Path, help="where the JSON report goes (default: the profile's file)"
+    )
     args = parser.parse_args(argv)
     chosen = {key.strip() for key in args.scenarios.split(",") if key.strip()}
     scenarios = tuple(s for s in SCENARIOS if s.key in chosen)
     if not scenarios or chosen - {s.key for s in SCENARIOS}:
         parser.error(f"scenarios are among {', '.join(s.key for s in SCENARIOS)}")
     total_slots = args.workers * args.slots
+    profile = PROFILES[args.profile]
     return Config(
+        profile=args.profile,
+        warmup_s=args.warmup if args.warmup is not None else (0.0 if args.quick else profile.warmup_s),
         heavy_jobs=args.heavy_jobs or (250 if args.quick else 2000),
         light_tenants=3 if args.quick else 5,
         light_jobs_each=2 if args.quick else 4,
@@ -740,19 +798,16 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         tenant_cap=max(1, total_slots - 2),
         window_s=args.window or (12.0 if args.quick else 100.0),
         solo_jobs=2 if args.quick else 5,
-        # By default calls in flight bind, as they do for slow LLM calls (seconds each), and requests and
-        # tokens per minute leave some room: a provider's per-minute buckets start full, so where they bind,
-        # a minute's burst would weigh on any window of a few minutes. The workers' slots outnumber the
-        # provider's concurrency, as they would in AWS.
+        # The workers' slots outnumber the provider's concurrency, as they would in AWS.
         provider=Provider(
             requests_per_minute=args.rpm,
-            tokens_per_minute=args.tpm,
+            tokens_per_minute=args.tpm or profile.tokens_per_minute,
             max_concurrency=args.concurrency,
             latency_mean_s=args.latency,
         ),
         scenarios=scenarios,
         quick=args.quick,
-        output=args.output,
+        output=args.output or profile.output,
     )
 
 
