@@ -120,6 +120,17 @@ def test_disable_enable_update_and_delete(client):
     assert client.request("GET", path).status == 404
 
 
+def test_a_delete_answers_204_without_a_body_as_documented(client):
+    endpoint_id = register(client).json["endpoint_id"]
+
+    deleted = client.request("DELETE", f"/webhook-endpoints/{endpoint_id}")
+
+    document = client.request("GET", "/openapi.json", auth=False).json
+    documented = document["paths"]["/webhook-endpoints/{endpoint_id}"]["delete"]["responses"]["204"]
+    assert (deleted.status, deleted.body) == (204, b"")
+    assert not documented.get("content"), "a 204 has no body, so the document names no media type for it"
+
+
 def test_rotation_gives_a_new_secret_and_keeps_the_old_one_for_a_grace_period(client):
     created = register(client).json
     rotated = client.request("POST", f"/webhook-endpoints/{created['endpoint_id']}/rotate-secret").json

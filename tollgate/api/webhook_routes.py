@@ -124,7 +124,8 @@ def register_webhook_routes(
     @app.delete(
         "/webhook-endpoints/<endpoint_id>",
         summary="Delete an endpoint (no further deliveries)",
-        responses={204: {"description": "Deleted"}, **problems(401, 404)},
+        # No content: without it, Powertools would document the handler's return type as a JSON body.
+        responses={204: {"description": "Deleted", "content": {}}, **problems(401, 404)},
         tags=tags,
     )
     def delete(endpoint_id: str) -> Response[str]:
