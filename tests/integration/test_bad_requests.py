@@ -63,6 +63,10 @@ CASES = {
     "unknown-model-policy": (_with(model_policy="cheapest"), 422, "validation-failed"),
     "priority-too-high": (_with(priority=10), 422, "validation-failed"),
     "priority-wrong-type": (_with(priority="high"), 422, "validation-failed"),
+    # A value of another JSON type is refused, never coerced: false is not priority 0, "600" not a number.
+    "priority-a-boolean": (_with(priority=False), 422, "validation-failed"),
+    "priority-a-numeric-string": (_with(priority="5"), 422, "validation-failed"),
+    "deadline-a-numeric-string": (_with(deadline_seconds="600"), 422, "validation-failed"),
     "deadline-too-short": (_with(deadline_seconds=5), 422, "validation-failed"),
     "deadline-too-long": (_with(deadline_seconds=10**8), 422, "validation-failed"),
     "currency-hint-lowercase": (_with(options={"currency_hint": "eur"}), 422, "validation-failed"),

@@ -91,6 +91,20 @@ def test_bad_registrations_are_refused_and_write_nothing(client, body, status):
     assert client.request("GET", "/webhook-endpoints").json["items"] == []
 
 
+@pytest.mark.parametrize(
+    ("method", "suffix", "body"),
+    [("PATCH", "", {"enabled": 0}), ("PATCH", "", {"enabled": "false"}), ("POST", "/replay", {"since": 0})],
+    ids=["enabled-a-number", "enabled-a-string", "since-a-number"],
+)
+def test_a_value_of_another_json_type_is_refused_not_coerced(client, method, suffix, body):
+    endpoint_id = register(client).json["endpoint_id"]
+
+    response = client.request(method, f"/webhook-endpoints/{endpoint_id}{suffix}", json_body=body)
+
+    assert response.status == 422, response.body
+    assert client.request("GET", f"/webhook-endpoints/{endpoint_id}").json["enabled"] is True
+
+
 def test_another_tenants_endpoint_is_404(client, make_tenant, strict_stack):
     endpoint_id = register(client).json["endpoint_id"]
     other = ApiClient(strict_stack.api_url, make_tenant("other").api_key)

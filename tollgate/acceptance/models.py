@@ -68,9 +68,12 @@ class CreateJobRequest(Strict):
     schema_version: Literal["invoice.v1"] = "invoice.v1"
     model_policy: ModelPolicy = ModelPolicy.AUTO
     options: ExtractionOptions = ExtractionOptions()
-    priority: int = Field(default=5, ge=0, le=9, description="0 runs last, 9 first; not part of identity.")
+    # Strict: a value of another JSON type is refused, never coerced (false is no priority, "600" no number).
+    priority: int = Field(
+        default=5, ge=0, le=9, strict=True, description="0 runs last, 9 first; not part of identity."
+    )
     deadline_seconds: int | None = Field(
-        default=None, ge=60, description="Seconds from acceptance by which the job must finish."
+        default=None, ge=60, strict=True, description="Seconds from acceptance by which the job must finish."
     )
     metadata: dict[
         Annotated[str, StringConstraints(max_length=64, pattern=NO_NUL)],

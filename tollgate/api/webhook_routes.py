@@ -11,7 +11,7 @@ from uuid import UUID
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 from tollgate.errors import NotFound, TollgateError
 from tollgate.webhooks.deliveries import (
@@ -41,9 +41,16 @@ if TYPE_CHECKING:
     from tollgate.api.app import ApiDeps
 
 
+def _date_time_text(value: object) -> object:
+    # JSON has no date-time type: the document says an RFC 3339 string, and pydantic would take a number too.
+    if not isinstance(value, str):
+        raise ValueError("a date-time is an RFC 3339 string")
+    return value
+
+
 class ReplaySince(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    since: datetime
+    since: Annotated[datetime, BeforeValidator(_date_time_text)]
 
 
 class DeliveriesUnavailable(TollgateError):

@@ -49,7 +49,7 @@ class EndpointUpdate(Strict):
     url: Url | None = None
     event_types: list[EventType] | None = Field(default=None, min_length=1)
     description: Description | None = None
-    enabled: bool | None = None
+    enabled: bool | None = Field(default=None, strict=True)  # true or false, never 0 or "false"
 
 
 class EndpointView(BaseModel):
