@@ -427,8 +427,9 @@ class ScenarioResult:
     solo_service_s: float | None
     solo_measured_s: float | None
     solo_overhead_s: float | None
-    # Light jobs' time split: accepted -> claimed, provider calls, and the rest (budget wait, document,
-    # validation, commit, and retries' waits).
+    # Light jobs' time split: accepted -> claimed ("waiting_for_a_slot": a slot, and since workers take the
+    # budget before they claim, the budget too), provider calls, and the rest (document, validation,
+    # commit, retries' waits, and any budget wait of a job claimed before its budget, as workers used to).
     light_breakdown: dict[str, dict[str, float | int | None]]
     light: dict[str, float | int | None]
     heavy: dict[str, float | int | None]

@@ -22,7 +22,9 @@ REPO_ROOT = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
 OUTPUT = REPO_ROOT / "BENCHMARKS.md"
 # In the order the sections appear (and `make bench` runs them).
-BENCHMARKS = ("acceptance", "relay", "drain", "accuracy")
+BENCHMARKS = ("acceptance", "relay", "drain", "drain_tokens", "accuracy")
+# How to make a results file whose benchmark module is not simply named after it.
+RUN_COMMANDS = {"drain_tokens": "python -m bench.drain --profile tokens"}
 
 Doc = Mapping[str, Any]
 # Spelled by name: ruff rightly flags look-alike characters typed into the source.
@@ -213,6 +215,7 @@ DERIVED_COMMANDS: dict[str, Callable[[Doc], str]] = {
     "acceptance": _acceptance_command,
     "relay": _relay_command,
     "drain": _drain_command,
+    "drain_tokens": lambda config: _drain_command(config) + " --profile tokens",
     "accuracy": _accuracy_command,
 }
 
@@ -586,11 +589,21 @@ DRAIN_TITLES = {
 DRAIN_SHORT = {"per_worker_aimd": "per-worker AIMD", "no_limit": "no limiter"}
 
 
-def drain_section(doc: Doc) -> list[str]:
+DRAIN_HEADINGS = {
+    "drain": "## Provider budget and fairness (drain)",
+    "drain_tokens": "## Provider budget and fairness when tokens per minute bind (drain, tokens profile)",
+}
+
+
+def drain_tokens_section(doc: Doc) -> list[str]:
+    return drain_section(doc, "drain_tokens")
+
+
+def drain_section(doc: Doc, name: str = "drain") -> list[str]:
     config, targets = doc["config"], doc["targets"]
     provider = config["provider"]
     scenarios = doc["scenarios"]
-    lines = ["## Provider budget and fairness (drain)", "", *provenance("drain", doc)]
+    lines = [DRAIN_HEADINGS[name], "", *provenance(name, doc)]
     first = scenarios[0]
     capacity = first["capacity_jobs_per_s"]
     binding = min(("requests_per_minute", "tokens_per_minute", "concurrency"), key=lambda k: capacity[k])
@@ -611,7 +624,15 @@ def drain_section(doc: Doc) -> list[str]:
     lines += [
         f"{workers} against the simulated provider ({quotas}, lognormal latency averaging "
         f"{num(provider['latency_mean_s'])} s). {backlog}; {num(config['window_s'], 0)} s per limiter, one "
-        f"after the other in the same run. Capacity is min({limits}) = {num(capacity['binding'], 2)} jobs/s, "
+        f"after the other in the same run"
+        + (
+            f", each window opening after the backlog has drained for {num(config['warmup_s'], 0)} s "
+            "(the provider's per-minute buckets start full, so the first minute is a burst bound by "
+            "something else)"
+            if config.get("warmup_s")
+            else ""
+        )
+        + f". Capacity is min({limits}) = {num(capacity['binding'], 2)} jobs/s, "
         f"bound by {binding.replace('_', ' ')}.",
         "",
     ]
@@ -676,6 +697,17 @@ def drain_section(doc: Doc) -> list[str]:
             + ".",
             "",
         ]
+    simulator = (baseline or first).get("simulator") or {}
+    if binding == "tokens_per_minute" and simulator.get("completions"):
+        prompt = simulator["prompt_tokens"] / simulator["completions"]
+        lines += [
+            f"Capacity counts the {num(first['reserved_tokens_per_job'], 0)} tokens Tollgate reserves per "
+            f"job. The simulated provider charges each call its own prompt estimate ({num(prompt, 0)} tokens "
+            "on average in this run) plus the completion tokens asked for, which comes to less, so a "
+            "tokens-bound run can go past 100% of that capacity; compare the limiters with each other, not "
+            "with 100%.",
+            "",
+        ]
     lines += [
         "The simulated provider refuses an excess call at once and cheaply, so the baselines' throughput "
         "looks close to the budget's; what they pay shows in refused attempts, failed jobs and the light "
@@ -732,8 +764,8 @@ def _light_p95(scenario: Doc) -> str:
     return f"{num(light['p95_s'])} s{done}"
 
 
-def drain_summary(drain: Doc, at: str) -> list[list[str]]:
-    """The shared budget beside each baseline limiter, all from the one run."""
+def drain_summary(drain: Doc, at: str, bound: str = "") -> list[list[str]]:
+    """The shared budget beside each baseline limiter, all from the one run; ``bound`` names the profile."""
     by_key = {s["key"]: s for s in drain["scenarios"]}
     budget = by_key.get("global")
     others = [(label, by_key[key]) for key, label in DRAIN_SHORT.items() if key in by_key]
@@ -749,21 +781,21 @@ def drain_summary(drain: Doc, at: str) -> list[list[str]]:
     refused = f"{pct(budget['rejected_share'])} ({budget['provider_429s']:,} of {budget['attempts']:,})"
     return [
         [
-            "shared budget: jobs/s (share of capacity)",
+            f"shared budget{bound}: jobs/s (share of capacity)",
             f"{num(budget['jobs_per_s'], 2)} ({pct(budget['share_of_capacity'], 0)})",
             each(lambda o: num(o["jobs_per_s"], 2)),
             each(lambda o: times(budget["jobs_per_s"] / o["jobs_per_s"])),
             at,
         ],
         [
-            "shared budget: provider 429s per attempt",
+            f"shared budget{bound}: provider 429s per attempt",
             refused,
             each(lambda o: pct(o["rejected_share"])),
             "",
             at,
         ],
         [
-            f"shared budget: light tenants' p95 behind {drain['config']['heavy_jobs']:,} heavy jobs",
+            f"shared budget{bound}: light tenants' p95 behind {drain['config']['heavy_jobs']:,} heavy jobs",
             _light_p95(budget),
             each(_light_p95),
             each(p95_ratio),
@@ -846,6 +878,10 @@ def summary_rows(results: Mapping[str, Doc]) -> list[list[str]]:
     drain = results.get("drain")
     if drain:
         rows += drain_summary(drain, f"`drain.json` {run_date(drain)}")
+    drain_tokens = results.get("drain_tokens")
+    if drain_tokens:
+        at = f"`drain_tokens.json` {run_date(drain_tokens)}"
+        rows += drain_summary(drain_tokens, at, ", tokens per minute bound")
     accuracy = results.get("accuracy")
     if accuracy:
         rows.append(
@@ -866,6 +902,7 @@ SECTIONS: dict[str, Callable[[Doc], list[str]]] = {
     "acceptance": acceptance_section,
     "relay": relay_section,
     "drain": drain_section,
+    "drain_tokens": drain_tokens_section,
     "accuracy": accuracy_section,
 }
 
@@ -931,7 +968,9 @@ def render(results: Mapping[str, Doc]) -> str:
         lines += [
             "## Not measured yet",
             "",
-            "No results file for: " + ", ".join(f"`python -m bench.{n}`" for n in missing) + ".",
+            "No results file for: "
+            + ", ".join(f"`{RUN_COMMANDS.get(n, f'python -m bench.{n}')}`" for n in missing)
+            + ".",
             "",
         ]
     return "\n".join(lines).rstrip("\n") + "\n"
