@@ -450,3 +450,25 @@ def test_on_stop_a_worker_drains_then_hands_back_what_it_cannot_finish(supplier_
     assert job["last_error"] == {"reason": "released_on_shutdown"}
     assert job["attempt"] == 1 and job["lease_until"] is None
     assert rows(clean_db, "SELECT outcome FROM job_attempts") == [("released",)]
+
+
+def test_a_job_released_on_its_last_attempt_can_still_be_claimed(supplier_tenant, system_db, clean_db):
+    from tollgate.jobs.leasing import release_job
+
+    job_id = supplier_tenant.client.submit(invoice_request(TEXT), "k").json["job_id"]
+    with psycopg.connect(clean_db, autocommit=True) as conn:
+        conn.execute("UPDATE extraction_jobs SET max_attempts = 1 WHERE job_id = %s", (job_id,))
+    deps = make_deps(system_db, ScriptedLlm(ok()))
+    held = claim(deps)
+    assert held.attempt == held.max_attempts == 1
+
+    assert release_job(system_db, deps.clock, held)
+    again = claim(deps)
+
+    assert again is not None and again.job_id == held.job_id and again.attempt == 2
+    report = asyncio.run(run_attempt(deps, again))
+    assert report.end is AttemptEnd.SUCCEEDED
+    assert rows(clean_db, "SELECT attempt, outcome FROM job_attempts ORDER BY attempt") == [
+        (1, "released"),
+        (2, "ok"),
+    ]

@@ -411,6 +411,8 @@ class JobProtocol(RuleBasedStateMachine):
         if expected:
             job.leave_running(JobState.RETRY_SCHEDULED, "released_on_shutdown", move_fence=True)
             job.next_attempt_at = self.clock.now()
+            # A shutdown does not spend the job's last attempt: it can always be claimed again.
+            job.max_attempts = max(job.max_attempts, job.attempt + 1)
 
     def tick_scheduler(self) -> None:
         now = self.clock.now()

@@ -119,8 +119,11 @@ ON CONFLICT (tenant_id, normalized_name) DO UPDATE SET iban = EXCLUDED.iban, nam
 
 -- name: release_job
 -- A worker shutting down hands back what it cannot finish: runnable again at once, under a new fence.
+-- The cut-short attempt was ours, not the job's: on its last attempt the budget grows by one, or no claim
+-- could take it again and it would wait out its deadline. The attempt counter itself never goes back.
 UPDATE extraction_jobs
 SET state = 'RETRY_SCHEDULED', fence = fence + 1, lease_owner = NULL, lease_until = NULL,
+    max_attempts = greatest(max_attempts, attempt + 1),
     next_attempt_at = %(now)s, state_version = state_version + 1, updated_at = %(now)s,
     last_error = '{"reason": "released_on_shutdown"}'::jsonb
 WHERE job_id = %(job_id)s AND fence = %(fence)s AND state = 'RUNNING'
