@@ -119,7 +119,7 @@ ON CONFLICT (tenant_id, normalized_name) DO UPDATE SET iban = EXCLUDED.iban, nam
 
 -- name: release_job
 -- A worker shutting down hands back what it cannot finish: runnable again at once, under a new fence.
--- The cut-short attempt was ours, not the job's: on its last attempt the budget grows by one, or no claim
+-- The attempt was cut short by us, not by the job: on its last attempt the budget grows by one, or no claim
 -- could take it again and it would wait out its deadline. The attempt counter itself never goes back.
 UPDATE extraction_jobs
 SET state = 'RETRY_SCHEDULED', fence = fence + 1, lease_owner = NULL, lease_until = NULL,
