@@ -26,6 +26,8 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
+from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 from pydantic import BaseModel
 
 from tollgate import __version__
@@ -98,8 +100,24 @@ def _json_response(status: int, model: BaseModel, headers: dict[str, str] | None
     )
 
 
+class RequestScopedResolver(APIGatewayRestResolver):
+    """Powertools' REST resolver with the request kept on the resolver itself.
+
+    Powertools stores the event being resolved on a class attribute (``BaseRouter.current_event``), shared
+    by every resolver in the process. One request per process at a time, as in Lambda, never notices; the
+    local gateway serves requests on several threads (one resolver each, see ``AppPool``), where a request
+    would read another thread's event: its body, headers or tenant. Setting the event on the instance while
+    it is built makes every read through the resolver (our routes and Powertools' validation) see its own.
+    """
+
+    def _to_proxy_event(self, event: dict[str, Any]) -> BaseProxyEvent:
+        proxy = super()._to_proxy_event(event)
+        self.current_event = cast(APIGatewayProxyEvent, proxy)
+        return proxy
+
+
 def create_app(deps: ApiDeps) -> APIGatewayRestResolver:
-    app = APIGatewayRestResolver(enable_validation=True)
+    app = RequestScopedResolver(enable_validation=True)
 
     def tenant_id() -> UUID:
         authorizer = (app.current_event.raw_event.get("requestContext") or {}).get("authorizer") or {}
