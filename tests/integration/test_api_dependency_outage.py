@@ -1,5 +1,5 @@
-"""With PostgreSQL unreachable the API answers 503 with Retry-After, within its own wait, not a 500 or a
-gateway timeout: the request is safe to send again with the same Idempotency-Key."""
+"""With PostgreSQL or S3 unreachable the API answers 503 with Retry-After, within its own wait, not a 500 or
+a gateway timeout: the request is safe to send again with the same Idempotency-Key."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import uuid
 import pytest
 from pydantic import SecretStr
 
-from tests.support import invoice_request
+from tests.support import count_rows, invoice_request
 from tollgate.api.app import create_app, handle
 from tollgate.local.gateway import build_event
 from tollgate.settings import ApiSettings
@@ -73,3 +73,31 @@ def test_every_route_documents_the_503(api):
     operations = [op for path in document["paths"].values() for op in path.values()]
 
     assert operations and all("503" in op["responses"] for op in operations)
+
+
+def test_an_unreachable_document_store_is_a_503_and_writes_nothing(
+    unreachable_database_url, database_url, make_tenant, clean_db, monkeypatch
+):
+    tenant = make_tenant("s3-down")
+    # The same refusing port, now as the AWS endpoint: S3 does not answer; one try, as the SDK's retries
+    # would only make the test slower.
+    port = unreachable_database_url.rsplit(":", 1)[1].split("/")[0]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    settings = ApiSettings(database_url=SecretStr(database_url), documents_bucket="documents")
+    deps = build_api(settings)
+    try:
+        event = build_event(
+            "POST",
+            "/extraction-jobs",
+            {"Idempotency-Key": "k1", "Content-Type": "application/json"},
+            json.dumps(invoice_request()).encode(),
+        )
+        event["requestContext"]["authorizer"] = {"tenant_id": str(tenant.tenant_id)}
+        response = handle(create_app(deps), deps, event, None)
+    finally:
+        deps.acceptance.db.close()
+
+    assert response["statusCode"] == 503
+    assert json.loads(response["body"])["type"].endswith("/dependency-unavailable")
+    assert set(count_rows(clean_db).values()) == {0}

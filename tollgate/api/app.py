@@ -275,7 +275,8 @@ def create_app(deps: ApiDeps) -> APIGatewayRestResolver:
     app.exception_handler(RequestUnsupportedContentType)(unsupported_content_type)
     app.exception_handler(RequestValidationError)(validation_error)
     app.exception_handler(psycopg.OperationalError)(dependency_down)  # pool timeouts included
-    app.exception_handler(botocore.exceptions.HTTPClientError)(dependency_down)  # connect and read failures
+    app.exception_handler(botocore.exceptions.ConnectionError)(dependency_down)  # refused, connect timeout
+    app.exception_handler(botocore.exceptions.HTTPClientError)(dependency_down)  # closed, read timeout
     app.exception_handler(Exception)(unexpected_error)
 
     @app.not_found
