@@ -13,6 +13,7 @@ from aws_cdk import aws_apigateway as apigw
 from constructs import Construct
 
 # The API Lambda's own base and media type: a client sees one family of problem types, whoever answers.
+from tollgate.api.app import DEPENDENCY_RETRY_AFTER_SECONDS
 from tollgate.api.problems import PROBLEM_CONTENT_TYPE, PROBLEM_TYPE_BASE
 
 
@@ -26,6 +27,8 @@ class GatewayProblem:
     # leaves out the advisory ``status`` member rather than state a wrong one.
     status: int | None
     detail: str = "$context.error.messageString"
+    # Seconds a client should wait before sending the same request again, as the Retry-After header.
+    retry_after: int | None = None
 
 
 GATEWAY_PROBLEMS = (
@@ -63,6 +66,16 @@ GATEWAY_PROBLEMS = (
     ),
     GatewayProblem(apigw.ResponseType.REQUEST_TOO_LARGE, "payload-too-large", "Content Too Large", 413),
     GatewayProblem(apigw.ResponseType.INTEGRATION_TIMEOUT, "upstream-timeout", "Gateway Timeout", 504),
+    # The authorizer could not check the key (its database unreachable, say): the same answer the API gives
+    # when its own dependencies are down, so clients retry rather than treat it as a server bug.
+    GatewayProblem(
+        apigw.ResponseType.AUTHORIZER_FAILURE,
+        "dependency-unavailable",
+        "A service we depend on is unavailable",
+        503,
+        detail='"The API key could not be checked just now; retry after the Retry-After interval."',
+        retry_after=DEPENDENCY_RETRY_AFTER_SECONDS,
+    ),
     GatewayProblem(apigw.ResponseType.DEFAULT_4_XX, "client-error", "Request Rejected", None),
     GatewayProblem(
         apigw.ResponseType.DEFAULT_5_XX,
@@ -99,6 +112,9 @@ class ProblemGatewayResponses(Construct):
                 rest_api=api,
                 type=problem.response_type,
                 status_code=None if problem.status is None else str(problem.status),
-                response_headers={"Content-Type": f"'{PROBLEM_CONTENT_TYPE}'"},
+                response_headers={
+                    "Content-Type": f"'{PROBLEM_CONTENT_TYPE}'",
+                    **({"Retry-After": f"'{problem.retry_after}'"} if problem.retry_after else {}),
+                },
                 templates={"application/json": problem_template(problem)},
             )

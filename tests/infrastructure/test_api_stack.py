@@ -151,6 +151,7 @@ def test_usage_plan_throttles_and_caps_each_tenant(api_template: Template, confi
         ("THROTTLED", 429),
         ("QUOTA_EXCEEDED", 429),
         ("MISSING_AUTHENTICATION_TOKEN", 404),
+        ("AUTHORIZER_FAILURE", 503),
         ("DEFAULT_4XX", None),
         ("DEFAULT_5XX", None),
     ],
@@ -174,6 +175,8 @@ def test_gateway_errors_are_problem_details(
     assert problem["title"] and problem["detail"]
     # A catch-all cannot know the status it answers with, so it leaves the advisory member out.
     assert problem.get("status") == status
+    if status == 503:
+        assert properties["ResponseParameters"]["gatewayresponse.header.Retry-After"] == "'5'"
 
 
 def test_both_functions_run_in_the_vpc_with_tracing(api_template: Template) -> None:

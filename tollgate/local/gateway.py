@@ -15,9 +15,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from aws_lambda_powertools import Logger
+
+from tollgate.api.app import DEPENDENCY_RETRY_AFTER_SECONDS
 from tollgate.api.problems import PROBLEM_CONTENT_TYPE, problem_body
 from tollgate.authorizer import Denied
-from tollgate.errors import PayloadTooLarge, Unauthorized
+from tollgate.errors import DependencyUnavailable, PayloadTooLarge, TollgateError, Unauthorized
+
+logger = Logger(service="tollgate-local", child=True)
 
 ApiHandler = Callable[[dict[str, Any], Any], dict[str, Any]]
 Authorizer = Callable[[str | None, str], dict[str, Any]]
@@ -108,6 +113,15 @@ class LocalGateway:
                 policy = self._authorizer(lowered.get("authorization"), method_arn)
             except Denied:
                 return _problem(Unauthorized("send Authorization: Bearer <API key> with a valid key"))
+            except Exception:
+                # API Gateway's AUTHORIZER_FAILURE, which the deployed API answers as 503 with Retry-After.
+                logger.exception("the authorizer failed")
+                return _problem(
+                    DependencyUnavailable(
+                        "the API key could not be checked just now; retry after the Retry-After interval",
+                        retry_after=DEPENDENCY_RETRY_AFTER_SECONDS,
+                    )
+                )
             event["requestContext"]["authorizer"] = {
                 "principalId": policy["principalId"],
                 **policy["context"],
@@ -151,8 +165,8 @@ class LocalGateway:
         return Handler
 
 
-def _problem(error: Exception) -> tuple[int, dict[str, str], bytes]:
-    from tollgate.errors import TollgateError
-
-    assert isinstance(error, TollgateError)
-    return error.status, {"Content-Type": PROBLEM_CONTENT_TYPE}, json.dumps(problem_body(error)).encode()
+def _problem(error: TollgateError) -> tuple[int, dict[str, str], bytes]:
+    headers = {"Content-Type": PROBLEM_CONTENT_TYPE}
+    if error.retry_after is not None:
+        headers["Retry-After"] = str(error.retry_after)
+    return error.status, headers, json.dumps(problem_body(error)).encode()
