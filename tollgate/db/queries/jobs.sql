@@ -2,34 +2,12 @@
 -- on the fence the claim handed out: a worker that lost its lease changes nothing.
 
 -- name: claim_next_job
--- Fair across tenants: each tenant offers its best runnable job; tenants at their in-flight cap offer
--- nothing; among the offers, the one whose tenant has the least work running (weighted by tokens in
--- flight, divided by the job's priority weight) goes first, oldest first on ties. SKIP LOCKED lets
+-- The first of the fair offers (job_offers, migration 0009) that no other worker holds: SKIP LOCKED lets
 -- concurrent workers take the next offer instead of waiting.
-WITH load AS (
-    SELECT tenant_id, count(*) AS running, sum(estimated_tokens) AS tokens
-    FROM extraction_jobs WHERE state = 'RUNNING'
-    GROUP BY tenant_id
-), offers AS (
-    SELECT best.job_id,
-           (coalesce(l.tokens, 0) + best.estimated_tokens)::float8 / (best.priority + 1) AS score,
-           best.ready_at
-    FROM tenants t
-    LEFT JOIN load l ON l.tenant_id = t.tenant_id
-    CROSS JOIN LATERAL (
-        SELECT j.job_id, j.priority, j.estimated_tokens, coalesce(j.next_attempt_at, j.created_at) AS ready_at
-        FROM extraction_jobs j
-        WHERE j.tenant_id = t.tenant_id
-          AND (j.state = 'READY' OR (j.state = 'RETRY_SCHEDULED' AND j.next_attempt_at <= %(now)s))
-          AND j.deadline_at > %(now)s
-          AND j.attempt < j.max_attempts
-        ORDER BY j.priority DESC, j.created_at
-        LIMIT 4
-    ) best
-    WHERE coalesce(l.running, 0) < %(tenant_cap)s
-), picked AS (
+WITH picked AS (
     SELECT j.job_id
-    FROM extraction_jobs j JOIN offers o USING (job_id)
+    FROM extraction_jobs j
+    JOIN job_offers(%(now)s, %(tenant_cap)s) o USING (job_id)
     WHERE j.state IN ('READY', 'RETRY_SCHEDULED')
     ORDER BY o.score, o.ready_at
     LIMIT 1
@@ -48,29 +26,10 @@ RETURNING j.job_id, j.tenant_id, j.attempt, j.max_attempts, j.fence, j.deadline_
 -- The estimated tokens of the job claim_next_job would pick now (the same offers, the same order), without
 -- taking it: a slot sizes its budget permit by it before it claims. Nothing is locked, so the job claimed a
 -- moment later may be another one; the slot then resizes the permit to that job's estimate.
-WITH load AS (
-    SELECT tenant_id, count(*) AS running, sum(estimated_tokens) AS tokens
-    FROM extraction_jobs WHERE state = 'RUNNING'
-    GROUP BY tenant_id
-), offers AS (
-    SELECT best.estimated_tokens,
-           (coalesce(l.tokens, 0) + best.estimated_tokens)::float8 / (best.priority + 1) AS score,
-           best.ready_at
-    FROM tenants t
-    LEFT JOIN load l ON l.tenant_id = t.tenant_id
-    CROSS JOIN LATERAL (
-        SELECT j.priority, j.estimated_tokens, coalesce(j.next_attempt_at, j.created_at) AS ready_at
-        FROM extraction_jobs j
-        WHERE j.tenant_id = t.tenant_id
-          AND (j.state = 'READY' OR (j.state = 'RETRY_SCHEDULED' AND j.next_attempt_at <= %(now)s))
-          AND j.deadline_at > %(now)s
-          AND j.attempt < j.max_attempts
-        ORDER BY j.priority DESC, j.created_at
-        LIMIT 4
-    ) best
-    WHERE coalesce(l.running, 0) < %(tenant_cap)s
-)
-SELECT o.estimated_tokens FROM offers o ORDER BY o.score, o.ready_at LIMIT 1
+SELECT o.estimated_tokens
+FROM job_offers(%(now)s, %(tenant_cap)s) o
+ORDER BY o.score, o.ready_at
+LIMIT 1
 
 -- name: insert_attempt
 INSERT INTO job_attempts (job_id, attempt, tenant_id, fence, worker_id, started_at)
