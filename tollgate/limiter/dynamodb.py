@@ -370,8 +370,8 @@ class DynamoDbLimiter:
         shard = int(permit.permit_id.split(".", 1)[0])
         key = self._key(permit.pool, shard)
         now = self._clock.now().timestamp()
-        state = self._remembered(key) or self._read(key)
-        for _ in range(MAX_ROUNDS):
+
+        def plan(state: ShardState) -> _Update:
             update = _Update()
             _, tokens_per_second, _ = self._effective(state, shard)
             delta = (tokens - permit.tokens) / tokens_per_second
@@ -381,14 +381,9 @@ class DynamoDbLimiter:
             sent = update.name(TOKENS_SENT)
             change = update.value(tokens - permit.tokens)
             update.sets.append(f"{sent} = if_not_exists({sent}, {update.value(0)}) + {change}")
-            try:
-                self._remember(key, self._write(key, update))
-                break
-            except _ConditionFailed as failed:
-                if failed.item is None:
-                    break  # the item is gone (expired pool), and the permit with it
-                state = self._state_after_failure(key, failed)
-        else:
+            return update
+
+        if not self._write_planned(key, plan):
             raise LimiterUnavailable("the limiter item stayed contended while resizing a reservation")
         with self._lock:
             at_grant = self._sent_at_grant.get(permit.permit_id)
@@ -525,17 +520,25 @@ class DynamoDbLimiter:
 
     def _release_on(self, permit: Permit, outcome: Outcome, shard: int, now_at: datetime) -> None:
         key = self._key(permit.pool, shard)
+        if not self._write_planned(
+            key, lambda state: self._plan_release(state, permit, outcome, shard, now_at)
+        ):
+            logger.warning("limiter release gave up under contention", extra={"pool": permit.pool})
+
+    def _write_planned(self, key: str, plan: Callable[[ShardState], _Update]) -> bool:
+        """Writes ``plan(state)``, planning again from the item a failed condition returns, for at most
+        MAX_ROUNDS. True when written, or when the item is gone (an expired pool, and its permits with it);
+        False when the item stayed contended throughout."""
         state = self._remembered(key) or self._read(key)
         for _ in range(MAX_ROUNDS):
-            update = self._plan_release(state, permit, outcome, shard, now_at)
             try:
-                self._remember(key, self._write(key, update))
-                return
+                self._remember(key, self._write(key, plan(state)))
+                return True
             except _ConditionFailed as failed:
                 if failed.item is None:
-                    return  # the item is gone (expired pool), and the permit with it
+                    return True
                 state = self._state_after_failure(key, failed)
-        logger.warning("limiter release gave up under contention", extra={"pool": permit.pool})
+        return False
 
     def _plan_release(
         self, state: ShardState, permit: Permit, outcome: Outcome, shard: int, now_at: datetime
