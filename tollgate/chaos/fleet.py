@@ -73,6 +73,11 @@ class Fleet:
         for member in current:
             member.process.send_signal(signal.SIGTERM)
 
+    def armed_pending(self) -> bool:
+        """Whether a process armed with a crash point is running (or armed to start) and has not met it."""
+        with self._lock:
+            return self._relay_armed is not None or any(m.crashpoint for m in self._members.values())
+
     def alive(self, prefix: str = "") -> list[str]:
         with self._lock:
             return [name for name, m in self._members.items() if name.startswith(prefix)]

@@ -347,6 +347,8 @@ class ChaosRun:
         for record in self.records:
             if self._pause_until(traffic_started + record.planned.at):
                 break
+            if record.planned.kind in OUTAGES and self._until_crashes_met(traffic_started):
+                break
             if record.planned.kind in OUTAGES:
                 thread = threading.Thread(
                     target=self._inject, args=(record,), name=f"chaos-{record.planned.kind}"
@@ -357,6 +359,17 @@ class ChaosRun:
                 self._inject(record)
         for thread in outages:
             thread.join()
+
+    def _until_crashes_met(self, traffic_started: float) -> bool:
+        """Holds an outage back while an armed worker or relay has yet to meet its crash point, until the
+        traffic's end at the latest: an outage would keep it from the database or AWS, and on a busy
+        machine its start alone can take seconds. True when the run was aborted meanwhile."""
+        assert self.fleet is not None
+        until = traffic_started + self.config.traffic_seconds
+        while self.fleet.armed_pending() and time.monotonic() < until:
+            if self.abort.wait(0.2):
+                return True
+        return self.abort.is_set()
 
     def _inject(self, record: FaultRecord) -> None:
         kind, amount = record.planned.kind, record.planned.amount
