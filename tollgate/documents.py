@@ -51,6 +51,11 @@ def document_key(tenant_id: UUID, sha256: str) -> str:
     return f"{tenant_prefix(tenant_id)}documents/{sha256}.json"
 
 
+class DocumentStoreUnreachable(Exception):
+    """The store did not answer (connection refused or timed out, or a 5xx): the object may well be there,
+    so the attempt is retried later rather than the job ended."""
+
+
 class DocumentStore(Protocol):
     def put(self, key: str, body: bytes) -> str:
         """Stores the bytes; returns the object version id."""
@@ -78,7 +83,7 @@ class S3DocumentStore:
         return version
 
     def get(self, key: str, version_id: str, max_bytes: int) -> bytes:
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
 
         try:
             response = self._s3.get_object(Bucket=self._bucket, Key=key, VersionId=version_id)
@@ -86,7 +91,11 @@ class S3DocumentStore:
             code = error.response.get("Error", {}).get("Code", "")
             if code in {"NoSuchKey", "NoSuchVersion", "InvalidArgument", "404", "400"}:
                 raise DocumentUnavailable(f"no object version {version_id!r} at {key!r}") from None
+            if error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) >= 500:
+                raise DocumentStoreUnreachable(f"S3 answered {code or 'a server error'}") from error
             raise
+        except (ConnectionError, HTTPClientError) as error:
+            raise DocumentStoreUnreachable(f"S3 did not answer: {type(error).__name__}") from error
         if response["ContentLength"] > max_bytes:
             response["Body"].close()
             raise PayloadTooLarge(

@@ -472,3 +472,29 @@ def test_a_job_released_on_its_last_attempt_can_still_be_claimed(supplier_tenant
         (1, "released"),
         (2, "ok"),
     ]
+
+
+def test_a_document_store_that_does_not_answer_schedules_a_retry_without_calling_the_provider(
+    supplier_tenant, system_db, clean_db
+):
+    import socket
+
+    from botocore.config import Config
+
+    job_id = supplier_tenant.client.submit(invoice_request(TEXT), "k").json["job_id"]
+    with socket.socket() as probe:  # a port nothing listens on: S3 refuses the connection
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    unreachable = boto3.client(
+        "s3", endpoint_url=f"http://127.0.0.1:{port}", config=Config(retries={"max_attempts": 1})
+    )
+    llm = ScriptedLlm(ok())
+    deps = make_deps(system_db, llm, documents=S3DocumentStore(unreachable, LOCAL_BUCKET))
+
+    report = asyncio.run(run_attempt(deps, claim(deps)))
+
+    assert report.end is AttemptEnd.RETRY_SCHEDULED, "the object is still there; only the store was away"
+    assert llm.calls == []
+    job = job_row(clean_db, job_id)
+    assert job["state"] == "RETRY_SCHEDULED" and job["lease_until"] is None
+    assert rows(clean_db, "SELECT outcome FROM job_attempts") == [("transient",)]

@@ -28,7 +28,7 @@ from psycopg.types.json import Jsonb
 from tollgate.clock import Clock, IdFactory
 from tollgate.db import Database
 from tollgate.db.database import Conn
-from tollgate.documents import DocumentStore, pages_from_canonical
+from tollgate.documents import DocumentStore, DocumentStoreUnreachable, pages_from_canonical
 from tollgate.errors import DocumentUnavailable
 from tollgate.events import EXTRACTION_COMPLETED, EXTRACTION_FAILED, EXTRACTION_REVIEW_REQUIRED
 from tollgate.extraction.schema import Invoice
@@ -217,12 +217,16 @@ async def run_attempt(deps: ExecutionDeps, job: ClaimedJob, permit: Permit | Non
     try:
         try:
             pages = await asyncio.to_thread(_load_pages, deps, job)
-        except DocumentUnavailable as error:
-            # Retrying cannot bring a lost object version back: end the job with the reason.
+        except (DocumentUnavailable, DocumentStoreUnreachable) as error:
+            # Retrying cannot bring a lost object version back: the job ends with the reason. A store that
+            # did not answer is transient: the attempt is retried on the job's schedule, not left to the
+            # lease reaper. Either way no call went out, so the budget taken for it goes back.
             if permit is not None:
                 unused = None
                 await _cancel_quietly(deps, permit)
-            result = LlmResult(OutcomeClass.DOCUMENT_UNAVAILABLE, "", error=str(error))
+            lost_for_good = isinstance(error, DocumentUnavailable)
+            outcome = OutcomeClass.DOCUMENT_UNAVAILABLE if lost_for_good else OutcomeClass.TRANSIENT
+            result = LlmResult(outcome, "", error=str(error))
             return await asyncio.to_thread(_finish, deps, job, (), result)
         model = deps.router.choose(job.model_policy, pages)
         lost = asyncio.Event()
