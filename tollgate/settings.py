@@ -300,11 +300,9 @@ class WebhookAttemptSettings(SystemDatabaseSettings):
     )
 
 
-class SupportSettings(SystemDatabaseSettings):
-    """The support CLI (``tollgate jobs|dlq|deliveries``), against AWS or the local system."""
+class SupportDatabaseSettings(SystemDatabaseSettings):
+    """The support CLI's commands that need only the database (``jobs``, ``deliveries``)."""
 
-    jobs_queue_url: str = Field(description="URL of the jobs SQS FIFO queue.")
-    jobs_dlq_url: str = Field(description="URL of the jobs queue's dead-letter queue.")
     webhook_state_machine_arn: str | None = Field(
         default=None, description="Webhook dispatcher state machine; replays answer 503 without it."
     )
@@ -314,3 +312,11 @@ class SupportSettings(SystemDatabaseSettings):
     redrive_deadline_seconds: int = Field(
         default=3600, ge=60, description="A redriven job's deadline is at least this far from now."
     )
+
+
+class SupportSettings(SupportDatabaseSettings):
+    """The support CLI (``tollgate jobs|dlq|deliveries``), against AWS or the local system; the ``dlq``
+    commands need the queues too."""
+
+    jobs_queue_url: str = Field(description="URL of the jobs SQS FIFO queue.")
+    jobs_dlq_url: str = Field(description="URL of the jobs queue's dead-letter queue.")

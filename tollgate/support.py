@@ -11,19 +11,29 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from tollgate.clock import Clock, IdFactory
 from tollgate.db import Database
-from tollgate.errors import InvalidRequest, InvalidState, NotFound
+from tollgate.errors import InvalidRequest, InvalidState, NotFound, TollgateError
 from tollgate.events import EXTRACTION_REQUESTED
 from tollgate.jobs.states import JobState
 from tollgate.outbox import OutboxEvent
+from tollgate.suppliers import find_tenant
+from tollgate.webhooks.deliveries import (
+    DeliveryList,
+    ReplayDeps,
+    ReplayResult,
+    list_deliveries,
+    replay_delivery,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -39,18 +49,36 @@ class Decision(StrEnum):
     LEAVE = "leave"  # a person must look: stays in the DLQ
 
 
+class NotConfigured(TollgateError):
+    problem_type = "not-configured"
+    status = 503
+    title = "This command needs a setting that is not there"
+
+
 @dataclass(frozen=True)
 class SupportDeps:
+    """What support commands use. The database is always there; the queues (``dlq`` commands) and the
+    webhook dispatcher (replays) only when configured, so reading jobs needs nothing but the database."""
+
     db: Database
-    sqs: SQSClient
-    queue_url: str
-    dlq_url: str
     clock: Clock
     new_id: IdFactory
     sleep: Callable[[float], None]
     actor: str
+    sqs: SQSClient | None = None
+    queue_url: str = ""
+    dlq_url: str = ""
+    replays: ReplayDeps | None = None
     extra_attempts: int = 3
     deadline_seconds: int = 3600
+
+    def queues(self) -> SQSClient:
+        if self.sqs is None or not self.queue_url or not self.dlq_url:
+            raise NotConfigured(
+                "this command uses the jobs queues: set JOBS_QUEUE_URL and JOBS_DLQ_URL, "
+                "or start `tollgate local up`"
+            )
+        return self.sqs
 
 
 @dataclass
@@ -110,9 +138,10 @@ def _letter(message: dict[str, Any]) -> DeadLetter:
 
 def receive_dead_letters(deps: SupportDeps, limit: int, hold_seconds: int = 30) -> list[DeadLetter]:
     """Up to ``limit`` dead letters, hidden from other readers for ``hold_seconds`` while we look."""
+    sqs = deps.queues()
     letters: list[DeadLetter] = []
     while len(letters) < limit:
-        batch = deps.sqs.receive_message(
+        batch = sqs.receive_message(
             QueueUrl=deps.dlq_url,
             MaxNumberOfMessages=min(10, limit - len(letters)),
             WaitTimeSeconds=0,
@@ -127,8 +156,9 @@ def receive_dead_letters(deps: SupportDeps, limit: int, hold_seconds: int = 30) 
 
 def release(deps: SupportDeps, letters: list[DeadLetter]) -> None:
     """Makes looked-at letters visible again at once (listing must not hide them from a redrive)."""
+    sqs = deps.queues()
     for letter in letters:
-        deps.sqs.change_message_visibility(
+        sqs.change_message_visibility(
             QueueUrl=deps.dlq_url, ReceiptHandle=letter.receipt_handle, VisibilityTimeout=0
         )
 
@@ -159,6 +189,11 @@ def decide(deps: SupportDeps, letter: DeadLetter, include_failed: bool) -> Redri
     )
 
 
+def _require_reason(reason: str) -> None:
+    if len(reason.strip()) < 3:
+        raise InvalidRequest("say why (--reason): it goes into the audit trail")
+
+
 def _audit(
     conn: Any, deps: SupportDeps, reason: str, *, action: str, target: str, outcome: str, details: Any
 ) -> int:
@@ -179,7 +214,7 @@ def _audit(
 
 def _resend(deps: SupportDeps, letter: DeadLetter, audit_id: int) -> None:
     assert letter.event is not None
-    deps.sqs.send_message(
+    deps.queues().send_message(
         QueueUrl=deps.queue_url,
         MessageBody=letter.body,
         MessageGroupId=letter.group_id or str(letter.event.tenant_id),
@@ -197,8 +232,7 @@ def redrive_dead_letters(
     include_failed: bool = False,
     limit: int = 100,
 ) -> RedriveReport:
-    if len(reason.strip()) < 3:
-        raise InvalidRequest("say why (--reason): it goes into the audit trail")
+    _require_reason(reason)
     if max_per_second <= 0:
         raise InvalidRequest("--max-per-second must be positive")
     letters = receive_dead_letters(deps, limit)
@@ -244,14 +278,13 @@ def _apply(deps: SupportDeps, item: RedriveItem, reason: str) -> None:
         )
     if item.decision is not Decision.DISCARD:
         _resend(deps, letter, item.audit_id)
-    deps.sqs.delete_message(QueueUrl=deps.dlq_url, ReceiptHandle=letter.receipt_handle)
+    deps.queues().delete_message(QueueUrl=deps.dlq_url, ReceiptHandle=letter.receipt_handle)
     item.done = True
 
 
 def retry_job(deps: SupportDeps, job_id: UUID, reason: str) -> int:
     """Gives a terminally failed job a new attempt budget and signals the workers; returns the audit id."""
-    if len(reason.strip()) < 3:
-        raise InvalidRequest("say why (--reason): it goes into the audit trail")
+    _require_reason(reason)
     with deps.db.transaction() as conn:
         job = conn.execute(deps.db.q.support_get_job, {"job_id": job_id}).fetchone()
         if job is None:
@@ -300,3 +333,133 @@ def start_bulk_move(sqs: SQSClient, dlq_arn: str, queue_arn: str, max_per_second
         SourceArn=dlq_arn, DestinationArn=queue_arn, MaxNumberOfMessagesPerSecond=max_per_second
     )
     return response["TaskHandle"]
+
+
+def move_all_dead_letters(deps: SupportDeps, reason: str, max_per_second: int) -> tuple[str, int]:
+    """Starts the bulk move of every dead letter back to the jobs queue, audited; returns the task handle
+    and the audit id."""
+    _require_reason(reason)
+    sqs = deps.queues()
+    dlq_arn, queue_arn = (
+        sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        for url in (deps.dlq_url, deps.queue_url)
+    )
+    handle = start_bulk_move(sqs, dlq_arn, queue_arn, max_per_second)
+    with deps.db.transaction() as conn:
+        audit_id = _audit(
+            conn,
+            deps,
+            reason,
+            action="dlq_move_all",
+            target=dlq_arn,
+            outcome="started",
+            details={"task_handle": handle},
+        )
+    return handle, audit_id
+
+
+def replay_delivery_audited(
+    deps: SupportDeps, tenant: str, endpoint_id: UUID, delivery_id: UUID, reason: str
+) -> tuple[ReplayResult, int]:
+    """Sends one of a tenant's deliveries again under its webhook-id, audited; returns what was replayed
+    and the audit id."""
+    _require_reason(reason)
+    if deps.replays is None:
+        raise NotConfigured("set WEBHOOK_STATE_MACHINE_ARN: there is no dispatcher to replay through")
+    result = replay_delivery(deps.replays, find_tenant(deps.db, tenant), endpoint_id, delivery_id)
+    with deps.db.transaction() as conn:
+        audit_id = _audit(
+            conn,
+            deps,
+            reason,
+            action="delivery_replay",
+            target=str(delivery_id),
+            outcome="started",
+            details={"replayed": [str(r) for r in result.replayed]},
+        )
+    return result, audit_id
+
+
+class JobSummary(BaseModel):
+    job_id: UUID
+    tenant_id: UUID
+    tenant: str
+    state: str
+    attempt: int
+    max_attempts: int
+    reason: str | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class AttemptRecord(BaseModel):
+    attempt: int
+    fence: int
+    worker_id: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    outcome: str | None
+    model: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    cost_usd: Decimal | None
+    latency_ms: int | None
+    provider_request_id: str | None
+    error: Any
+
+
+class AuditEntry(BaseModel):
+    audit_id: int
+    created_at: datetime
+    actor: str
+    action: str
+    outcome: str
+    reason: str
+    details: Any
+
+
+class JobDetail(BaseModel):
+    job_id: UUID
+    tenant_id: UUID
+    tenant: str
+    job_type: str
+    state: str
+    state_version: int
+    attempt: int
+    max_attempts: int
+    deadline_at: datetime
+    created_at: datetime
+    finished_at: datetime | None
+    last_error: dict[str, Any] | None
+    policy_version: str | None
+    # Each as the validation policy wrote it: {"code", "field", "detail"}.
+    review_reasons: list[dict[str, Any]]
+    attempts: list[AttemptRecord]
+    audit: list[AuditEntry]
+
+
+def list_jobs(db: Database, *, state: JobState | None, tenant: str | None, limit: int) -> list[JobSummary]:
+    """Recent jobs, newest first; a tenant that does not exist is an error, not an empty list."""
+    tenant_id = find_tenant(db, tenant) if tenant is not None else None
+    with db.transaction() as conn:
+        rows = conn.execute(
+            db.q.support_list_jobs,
+            {"state": state.value if state else None, "tenant_id": tenant_id, "limit": limit},
+        ).fetchall()
+    return [JobSummary.model_validate(row) for row in rows]
+
+
+def show_job(db: Database, job_id: UUID) -> JobDetail:
+    """A job with its tenant, review reasons, every attempt and what support did to it."""
+    with db.transaction() as conn:
+        job = conn.execute(db.q.support_show_job, {"job_id": job_id}).fetchone()
+        if job is None:
+            raise NotFound(f"no job {job_id}")
+        attempts = conn.execute(db.q.support_job_attempts, {"job_id": job_id}).fetchall()
+        trail = conn.execute(db.q.audit_for_target, {"target": str(job_id)}).fetchall()
+    return JobDetail.model_validate({**job, "attempts": attempts, "audit": trail})
+
+
+def list_tenant_deliveries(db: Database, tenant: str, endpoint_id: UUID, limit: int) -> DeliveryList:
+    """A tenant's endpoint's deliveries, named as support names them (the tenant by its name)."""
+    return list_deliveries(db, find_tenant(db, tenant), endpoint_id, limit)

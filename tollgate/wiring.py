@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import time
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import boto3
 
@@ -31,6 +32,7 @@ from tollgate.settings import (
     RelaySettings,
     RetrySettings,
     SchedulerSettings,
+    SupportDatabaseSettings,
     SupportSettings,
     WebhookAttemptSettings,
     WorkerSettings,
@@ -48,6 +50,9 @@ from tollgate.webhooks.endpoints import WEBHOOK_EVENT_TYPES, EndpointDeps
 from tollgate.webhooks.sender import SenderLimits, WebhookSender
 from tollgate.webhooks.signing import new_secret
 from tollgate.worker import WorkerConfig
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
 
 
 def build_api(settings: ApiSettings, db: Database | None = None, nudger: Nudger | None = None) -> ApiDeps:
@@ -208,16 +213,42 @@ def build_ingress(settings: WorkerSettings, db: Database | None = None) -> Ingre
     )
 
 
-def build_support(settings: SupportSettings, actor: str) -> SupportDeps:
+def build_support(
+    settings: SupportDatabaseSettings,
+    actor: str,
+    *,
+    aws: boto3.session.Session | None = None,
+    aws_endpoint_url: str | None = None,
+) -> SupportDeps:
+    """The support CLI's dependencies. With plain ``SupportDatabaseSettings`` there are no queue clients, so
+    commands that only use the database need nothing else. ``aws`` and ``aws_endpoint_url`` point the clients
+    somewhere other than the default chain (the local system's moto) without touching the environment."""
+    session = aws or boto3.session.Session()
+    # Clients first: one that cannot be made (no region, say) then leaves no database pool behind.
+    sqs: SQSClient | None = None
+    queue_url = dlq_url = ""
+    if isinstance(settings, SupportSettings):
+        sqs = session.client("sqs", endpoint_url=aws_endpoint_url)
+        queue_url, dlq_url = settings.jobs_queue_url, settings.jobs_dlq_url
+    arn = settings.webhook_state_machine_arn
+    starter = (
+        StepFunctionsStarter(session.client("stepfunctions", endpoint_url=aws_endpoint_url), arn)
+        if arn
+        else None
+    )
+    db = build_database(settings, pool_name="support")
+    clock = SystemClock()
+    replays = ReplayDeps(db, clock, starter) if starter else None
     return SupportDeps(
-        db=build_database(settings, pool_name="support"),
-        sqs=boto3.client("sqs"),
-        queue_url=settings.jobs_queue_url,
-        dlq_url=settings.jobs_dlq_url,
-        clock=SystemClock(),
+        db=db,
+        clock=clock,
         new_id=new_id,
         sleep=time.sleep,
         actor=actor,
+        sqs=sqs,
+        queue_url=queue_url,
+        dlq_url=dlq_url,
+        replays=replays,
         extra_attempts=settings.redrive_extra_attempts,
         deadline_seconds=settings.redrive_deadline_seconds,
     )

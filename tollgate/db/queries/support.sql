@@ -6,13 +6,23 @@ SELECT job_id, tenant_id, state, attempt, max_attempts, fence, deadline_at, last
 FROM extraction_jobs WHERE job_id = %(job_id)s
 
 -- name: support_list_jobs
-SELECT j.job_id, t.name AS tenant, j.state, j.attempt, j.max_attempts, j.created_at, j.finished_at,
-       j.last_error->>'reason' AS reason
+-- The tenant is resolved to its id first, so an unknown name is an error rather than an empty list.
+SELECT j.job_id, j.tenant_id, t.name AS tenant, j.state, j.attempt, j.max_attempts, j.created_at,
+       j.finished_at, j.last_error->>'reason' AS reason
 FROM extraction_jobs j JOIN tenants t USING (tenant_id)
 WHERE (%(state)s::text IS NULL OR j.state = %(state)s::text)
-  AND (%(tenant)s::text IS NULL OR t.name = %(tenant)s::text)
+  AND (%(tenant_id)s::uuid IS NULL OR j.tenant_id = %(tenant_id)s::uuid)
 ORDER BY j.created_at DESC
 LIMIT %(limit)s
+
+-- name: support_show_job
+SELECT j.job_id, j.tenant_id, t.name AS tenant, j.job_type, j.state, j.state_version, j.attempt,
+       j.max_attempts, j.deadline_at, j.created_at, j.finished_at, j.last_error,
+       r.policy_version, coalesce(r.review_reasons, '[]'::jsonb) AS review_reasons
+FROM extraction_jobs j
+JOIN tenants t USING (tenant_id)
+LEFT JOIN extraction_results r USING (job_id)
+WHERE j.job_id = %(job_id)s
 
 -- name: support_job_attempts
 SELECT attempt, fence, worker_id, started_at, finished_at, outcome, model, input_tokens, output_tokens,
