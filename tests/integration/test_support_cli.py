@@ -1,0 +1,307 @@
+"""The support CLI as support staff run it, in this process against real PostgreSQL and moto: whole ids in a
+narrow or piped terminal, JSON for scripts, clear errors for bad input with nothing written, read-only
+commands that need only the database, and a process environment left as it was."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+
+import boto3
+import pytest
+from typer.testing import CliRunner
+
+from tests.integration.test_execution import TEXT, ScriptedLlm, claim, extraction, make_deps, ok
+from tests.integration.test_support import audit, exhaust
+from tests.support import invoice_request, job_row
+from tollgate.cli import app
+from tollgate.clock import new_id
+from tollgate.jobs.execution import AttemptEnd, run_attempt
+from tollgate.local.aws import FAKE_AWS_ENV, create_jobs_queues
+from tollgate.suppliers import add_supplier
+from tollgate.support_cli import LOCAL_AWS_KEY, LOCAL_AWS_REGION, LOCAL_AWS_SECRET
+
+pytestmark = pytest.mark.integration
+
+SETTINGS = (
+    "DATABASE_URL",
+    "DATABASE_SECRET_ARN",
+    "JOBS_QUEUE_URL",
+    "JOBS_DLQ_URL",
+    "WEBHOOK_STATE_MACHINE_ARN",
+)
+
+
+@pytest.fixture
+def only_database(monkeypatch, stack, clean_db, tmp_path):
+    """The environment of someone with database access only: no queues, no dispatcher, no AWS at all.
+    (The API stack under test is started first: it needs its moto.)"""
+    for name in (*SETTINGS, *FAKE_AWS_ENV, "AWS_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DATABASE_URL", clean_db)
+    return tmp_path  # a data folder without a running local system in it
+
+
+@pytest.fixture
+def local_system(monkeypatch, stack, clean_db, local_aws, tmp_path):
+    """What `tollgate local up` leaves for the CLI: its facts in local.json, nothing in the environment."""
+    queues = create_jobs_queues(f"cli-{secrets.token_hex(4)}", max_receive_count=2)
+    (tmp_path / "local.json").write_text(
+        json.dumps(
+            {
+                "aws_endpoint_url": local_aws.endpoint_url,
+                "jobs_queue_url": queues.url,
+                "jobs_dlq_url": queues.dlq_url,
+                "webhook_state_machine_arn": None,
+                "database_url": clean_db,
+            }
+        ),
+        encoding="utf-8",
+    )
+    # The queues are made; from here on only local.json says where things are.
+    for name in (*SETTINGS, *FAKE_AWS_ENV, "AWS_ENDPOINT_URL", "MOTO_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path, queues
+
+
+def cli(data_dir, *args, columns=80):
+    """Runs a command in this process as a pipe of `columns` width sees it (no terminal: CliRunner)."""
+    env = {"COLUMNS": str(columns)}
+    return CliRunner().invoke(app, [*args, "--data-dir", str(data_dir)], env=env, catch_exceptions=False)
+
+
+@pytest.fixture
+def review_job(tenant, system_db):
+    """A job whose extraction failed validation: REVIEW_REQUIRED with a total_mismatch reason. Ask for it
+    before `only_database`: the worker here reads the document from moto."""
+    add_supplier(system_db, tenant.tenant_id, "Nordwind Logistik GmbH", "DE89370400440532013000", new_id)
+    job_id = tenant.client.submit(invoice_request(TEXT), "review").json["job_id"]
+    deps = make_deps(system_db, ScriptedLlm(ok(extraction(total="999.70"))))
+    assert asyncio.run(run_attempt(deps, claim(deps))).end is AttemptEnd.REVIEW_REQUIRED
+    return job_id
+
+
+def test_jobs_list_and_show_need_only_the_database(only_database, tenant):
+    job_id = tenant.client.submit(invoice_request(TEXT), "k").json["job_id"]
+
+    listed = cli(only_database, "jobs", "list")
+    shown = cli(only_database, "jobs", "show", job_id)
+
+    assert listed.exit_code == 0, listed.output
+    assert job_id in listed.stdout and "acme" in listed.stdout
+    assert shown.exit_code == 0, shown.output
+    assert job_id in shown.stdout and "READY" in shown.stdout
+
+
+def test_ids_are_whole_in_an_80_column_pipe(only_database, make_tenant):
+    tenant = make_tenant("a-tenant-with-a-rather-long-name")
+    jobs = [tenant.client.submit(invoice_request(f"{TEXT}\n{i}"), f"k{i}").json["job_id"] for i in range(3)]
+
+    for columns in (80, 60):
+        listed = cli(only_database, "jobs", "list", columns=columns)
+
+        assert listed.exit_code == 0, listed.output
+        assert all(job_id in listed.stdout for job_id in jobs), listed.stdout
+        assert "…" not in listed.stdout
+        assert "a-tenant-with-a-rather-long-name" in listed.stdout
+
+
+def test_jobs_show_says_whose_job_it_is_and_why_it_needs_review(review_job, only_database):
+    shown = cli(only_database, "jobs", "show", review_job)
+
+    assert shown.exit_code == 0, shown.output
+    assert "acme" in shown.stdout, "the tenant's name"
+    assert "REVIEW_REQUIRED" in shown.stdout
+    assert "total_mismatch" in shown.stdout, "the review reason"
+
+
+def test_json_output_parses_and_carries_the_fields(review_job, only_database, tenant):
+    listed = cli(only_database, "jobs", "list", "--output", "json")
+    shown = cli(only_database, "jobs", "show", review_job, "-o", "json")
+
+    [job] = json.loads(listed.stdout)
+    assert (job["job_id"], job["tenant"], job["state"]) == (review_job, "acme", "REVIEW_REQUIRED")
+    assert job["tenant_id"] == str(tenant.tenant_id) and job["attempt"] == 1
+    detail = json.loads(shown.stdout)
+    assert (detail["job_id"], detail["tenant"], detail["state"]) == (review_job, "acme", "REVIEW_REQUIRED")
+    assert [r["code"] for r in detail["review_reasons"]] == ["total_mismatch"]
+    [attempt] = detail["attempts"]
+    assert attempt["provider_request_id"] == "req_123" and attempt["outcome"] == "ok"
+    assert detail["audit"] == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("jobs", "list", "--tenant", "nosuch"),
+        ("deliveries", "list", "--tenant", "nosuch", "--endpoint", "00000000-0000-0000-0000-000000000000"),
+    ],
+)
+def test_an_unknown_tenant_is_an_error_not_an_empty_list(only_database, tenant, args):
+    result = cli(only_database, *args)
+
+    assert result.exit_code == 2
+    assert "no tenant named 'nosuch'" in result.stderr
+    assert result.stdout == ""
+
+
+def test_an_unknown_state_is_an_error_that_names_the_states(only_database, tenant):
+    result = cli(only_database, "jobs", "list", "--state", "BOGUS")
+
+    assert result.exit_code == 2
+    assert "BOGUS" in result.stderr and "failed_terminal" in result.stderr.lower()
+    assert result.stdout == ""
+
+
+def test_a_state_is_accepted_in_any_case(only_database, tenant):
+    job_id = tenant.client.submit(invoice_request(TEXT), "k").json["job_id"]
+
+    ready = cli(only_database, "jobs", "list", "--state", "ready", "-o", "json")
+    failed = cli(only_database, "jobs", "list", "--state", "FAILED_TERMINAL", "-o", "json")
+
+    assert [j["job_id"] for j in json.loads(ready.stdout)] == [job_id]
+    assert json.loads(failed.stdout) == []
+
+
+def test_an_unknown_job_is_an_error(only_database):
+    result = cli(only_database, "jobs", "show", "70892ccd-bb00-4000-8000-000000000000")
+
+    assert result.exit_code == 2
+    assert "no job 70892ccd-bb00-4000-8000-000000000000" in result.stderr
+
+
+def test_a_retry_without_a_real_reason_is_refused_and_writes_nothing(
+    only_database, tenant, system_db, clean_db
+):
+    job_id = tenant.client.submit(invoice_request(TEXT), "k").json["job_id"]
+    exhaust(system_db, job_id)
+
+    refused = cli(only_database, "jobs", "retry", job_id, "--reason", "  x ")
+
+    assert refused.exit_code == 2
+    assert "at least 3 characters" in refused.stderr
+    assert job_row(clean_db, job_id)["state"] == "FAILED_TERMINAL" and audit(clean_db) == []
+
+
+def test_a_retry_needs_only_the_database_and_leaves_an_audit_row(
+    only_database, tenant, system_db, clean_db, monkeypatch
+):
+    job_id = tenant.client.submit(invoice_request(TEXT), "k").json["job_id"]
+    exhaust(system_db, job_id)
+    monkeypatch.setenv("TOLLGATE_ACTOR", "oncall@example.com")
+
+    retried = cli(only_database, "jobs", "retry", job_id, "--reason", "provider fixed")
+
+    assert retried.exit_code == 0, retried.output
+    assert job_row(clean_db, job_id)["state"] == "READY"
+    assert audit(clean_db) == [("oncall@example.com", "provider fixed", "job_retry", job_id, "reset")]
+    shown = json.loads(cli(only_database, "jobs", "show", job_id, "-o", "json").stdout)
+    assert [(a["actor"], a["action"], a["reason"]) for a in shown["audit"]] == [
+        ("oncall@example.com", "job_retry", "provider fixed")
+    ]
+
+
+def test_dlq_commands_say_which_settings_they_miss(only_database):
+    result = cli(only_database, "dlq", "list")
+
+    assert result.exit_code == 2
+    assert "JOBS_QUEUE_URL is not set" in result.stderr and "tollgate local up" in result.stderr
+
+
+def test_a_replay_without_a_dispatcher_is_refused_and_writes_nothing(only_database, tenant, clean_db):
+    delivery = "00000000-0000-0000-0000-000000000001"
+    result = cli(
+        only_database,
+        "deliveries",
+        "replay",
+        "--tenant",
+        "acme",
+        "--endpoint",
+        "00000000-0000-0000-0000-000000000000",
+        "--delivery",
+        delivery,
+        "--reason",
+        "tenant asked",
+    )
+
+    assert result.exit_code == 2
+    assert "WEBHOOK_STATE_MACHINE_ARN" in result.stderr
+    assert audit(clean_db) == []
+
+
+def test_against_the_local_system_the_cli_leaves_the_environment_as_it_was(local_system, tenant, system_db):
+    data_dir, queues = local_system
+    job_id = tenant.client.submit(invoice_request(TEXT), "k").json["job_id"]
+    # The test stack runs no relay: publish and fail the message into the DLQ with a client of our own.
+    _into_dlq(system_db, _local_sqs(data_dir), queues)
+    os_environ_before = dict(os.environ)
+
+    listed = cli(data_dir, "dlq", "list")
+    as_json = cli(data_dir, "dlq", "list", "-o", "json")
+    jobs = cli(data_dir, "jobs", "list", "-o", "json")
+
+    assert dict(os.environ) == os_environ_before, "the CLI changed the process environment"
+    assert listed.exit_code == 0, listed.output
+    assert job_id in listed.stdout
+    [letter] = json.loads(as_json.stdout)
+    assert (letter["job_id"], letter["job_state"], letter["decision"]) == (job_id, "READY", "redrive")
+    assert letter["message_id"] in listed.stdout, "the message id is whole too, at 80 columns"
+    assert [j["job_id"] for j in json.loads(jobs.stdout)] == [job_id]
+    shown = cli(data_dir, "dlq", "show", letter["message_id"], "-o", "json")
+    assert json.loads(shown.stdout)["body"]["payload"]["job_id"] == job_id
+
+
+def test_the_local_credentials_are_the_ones_the_local_system_uses():
+    assert (
+        FAKE_AWS_ENV["AWS_ACCESS_KEY_ID"],
+        FAKE_AWS_ENV["AWS_SECRET_ACCESS_KEY"],
+        FAKE_AWS_ENV["AWS_DEFAULT_REGION"],
+    ) == (LOCAL_AWS_KEY, LOCAL_AWS_SECRET, LOCAL_AWS_REGION)
+
+
+def test_a_dry_run_redrive_from_the_cli_changes_nothing_and_reports_json(
+    local_system, tenant, system_db, clean_db
+):
+    data_dir, queues = local_system
+    job_id = tenant.client.submit(invoice_request(TEXT), "k").json["job_id"]
+    _into_dlq(system_db, _local_sqs(data_dir), queues)
+
+    planned = cli(data_dir, "dlq", "redrive", "--reason", "looking first", "--dry-run", "-o", "json")
+
+    assert planned.exit_code == 0, planned.output
+    report = json.loads(planned.stdout)
+    assert report["dry_run"] is True
+    assert [(i["job_id"], i["decision"], i["done"]) for i in report["items"]] == [(job_id, "redrive", False)]
+    assert audit(clean_db) == []
+
+
+def _local_sqs(data_dir):
+    facts = json.loads((data_dir / "local.json").read_text())
+    return boto3.client(
+        "sqs",
+        endpoint_url=facts["aws_endpoint_url"],
+        aws_access_key_id=FAKE_AWS_ENV["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=FAKE_AWS_ENV["AWS_SECRET_ACCESS_KEY"],
+        region_name=FAKE_AWS_ENV["AWS_DEFAULT_REGION"],
+    )
+
+
+def _into_dlq(system_db, sqs, queues):
+    """Relays the outbox to the jobs queue, then receives without deleting until SQS moves it to the DLQ."""
+    from tollgate.clock import SystemClock
+    from tollgate.events import EXTRACTION_REQUESTED
+    from tollgate.outbox import RelayDeps, SqsFifoPublisher, relay_outbox
+
+    relay_outbox(
+        RelayDeps(
+            db=system_db,
+            clock=SystemClock(),
+            routes={EXTRACTION_REQUESTED: SqsFifoPublisher(sqs, queues.url)},
+        )
+    )
+    for _ in range(6):
+        sqs.receive_message(QueueUrl=queues.url, MaxNumberOfMessages=10, VisibilityTimeout=0)
+    depth = sqs.get_queue_attributes(QueueUrl=queues.dlq_url, AttributeNames=["ApproximateNumberOfMessages"])
+    assert int(depth["Attributes"]["ApproximateNumberOfMessages"]) == 1
