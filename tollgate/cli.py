@@ -78,14 +78,15 @@ def local_up(
 @local_app.command("demo")
 def local_demo(
     jobs_per_tenant: Annotated[int, typer.Option(min=1, max=500)] = 100,
-    data_dir: DataDir = DEFAULT_DATA_DIR,
+    data_dir: Annotated[
+        Path,
+        typer.Option(help="The demo's own folder: its embedded PostgreSQL (no DATABASE_URL) and its log."),
+    ] = Path(".tollgate/demo"),
 ) -> None:
     """Start the system, drive it as tenants would, check every answer, stop. Exit 1 on any surprise."""
-    from tollgate.local.demo import run_demo
-    from tollgate.local.runtime import LocalStack
+    from tollgate.local.demo import run_local_demo
 
-    with LocalStack(port=0, data_dir=data_dir) as stack:
-        report = run_demo(stack, jobs_per_tenant, console)
+    report = run_local_demo(jobs_per_tenant, data_dir, console)
     if not report.ok:
         raise typer.Exit(1)
 

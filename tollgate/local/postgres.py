@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import os
+import secrets
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 
 def embedded_server(data_dir: Path) -> Any:
@@ -31,3 +39,43 @@ def server_url(data_dir: Path) -> tuple[str, Any]:
         return url, None
     server = embedded_server(data_dir)
     return server.get_uri(), server
+
+
+def with_dbname(url: str, dbname: str) -> str:
+    """``url`` with another database name: the same server, user and options."""
+    params = conninfo_to_dict(url)
+    params["dbname"] = dbname
+    return make_conninfo(**{key: str(value) for key, value in params.items() if value is not None})
+
+
+@dataclass(frozen=True)
+class ScratchDatabase:
+    name: str
+    url: str
+    server: str  # where it lives, for a person: "on DATABASE_URL's server" or "in <the data folder>"
+
+
+@contextmanager
+def scratch_database(data_dir: Path, prefix: str) -> Iterator[ScratchDatabase]:
+    """A new, empty database for one run, dropped when the block ends (however it ends).
+
+    It lives on DATABASE_URL's server when that is set, else on an embedded server kept in ``data_dir``,
+    so what the run creates never shows up in the database that `tollgate local up` uses.
+    """
+    admin_url, handle = server_url(data_dir.resolve() / "pgdata")
+    server = "on DATABASE_URL's server" if handle is None else f"in {data_dir}"
+    name = f"{prefix}_{secrets.token_hex(4)}"
+    try:
+        # A database name is an identifier, never a bound parameter; psycopg's sql module quotes it.
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        try:
+            yield ScratchDatabase(name, with_dbname(admin_url, name), server)
+        finally:
+            with psycopg.connect(admin_url, autocommit=True) as conn:
+                # FORCE: a connection the run did not get to close must not keep the database alive.
+                drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+                conn.execute(drop)
+    finally:
+        if handle is not None:
+            handle.cleanup()
