@@ -204,8 +204,8 @@ class WorkerStack(cdk.Stack):
         jobs_queue: sqs.IQueue,
     ) -> dict[str, str]:
         """WorkerSettings' fields, except OPENAI_API_KEY (an ECS secret), OPENAI_BASE_URL (OpenAI's own
-        endpoint in AWS), WORKER_ID (derived from the task's hostname at start), CRASHPOINTS (fault
-        injection for tests) and DATABASE_ROLE/URL."""
+        endpoint in AWS), WORKER_ID (derived from the task's hostname at start), CRASHPOINTS and
+        CRASH_TOKENS_DIR (fault injection for tests) and DATABASE_ROLE/URL."""
         return {
             "POWERTOOLS_SERVICE_NAME": WORKER_SERVICE,
             "POWERTOOLS_LOG_LEVEL": config.log_level,

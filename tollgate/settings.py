@@ -271,6 +271,11 @@ class WorkerSettings(SystemDatabaseSettings, RetrySettings, ExtractionSettings, 
     crashpoints: frozenset[str] = Field(
         default=frozenset(), description="Fault injection for tests and chaos runs only: die at these points."
     )
+    crash_tokens_dir: Path | None = Field(
+        default=None,
+        description="Fault injection for chaos runs only: die at a crash point when a token for it can be "
+        "taken from this folder.",
+    )
     worker_id: str = Field(
         default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}",
         description="Names this process in leases and attempt records.",

@@ -18,7 +18,7 @@ metrics = PowertoolsMetrics(Metrics(namespace="Tollgate", service="tollgate-work
 
 async def main() -> None:
     settings = WorkerSettings()  # type: ignore[call-arg]  # fields come from the environment
-    faults.arm(settings.crashpoints)
+    faults.arm(settings.crashpoints, settings.crash_tokens_dir)
     db = build_database(settings, pool_name="worker")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

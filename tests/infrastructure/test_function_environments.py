@@ -31,7 +31,8 @@ pytestmark = pytest.mark.infrastructure
 # - MIGRATIONS_DIR defaults to migrations/ beside the tollgate package, which is where the code asset has it.
 # - OPENAI_BASE_URL: in AWS the worker calls OpenAI's own endpoint.
 # - WORKER_ID is derived from the task's hostname and process id at start, unique per task.
-# - CRASHPOINTS injects faults for tests and chaos runs; a deployed worker never dies on purpose.
+# - CRASHPOINTS and CRASH_TOKENS_DIR inject faults for tests and chaos runs; a deployed worker never dies on
+#   purpose.
 # - LIMITER_MODE chooses the drain benchmark's baselines; a deployed worker always uses the budget.
 # - LIMITER_SHARDS (0 = derived from the rate), LIMITER_PERMIT_TTL_SECONDS, LIMITER_AIMD_INCREASE/DECREASE
 #   and LIMITER_UNAVAILABLE_ALLOWANCE_PER_MINUTE (0 = fail closed) keep the model's defaults, which are
@@ -59,6 +60,7 @@ LEFT_TO_DEFAULT = {
         "OPENAI_BASE_URL",
         "WORKER_ID",
         "CRASHPOINTS",
+        "CRASH_TOKENS_DIR",
         "LIMITER_MODE",
         "LIMITER_SHARDS",
         "LIMITER_PERMIT_TTL_SECONDS",

@@ -1,11 +1,12 @@
 """The outbox relay as a process of its own (``python -m tollgate.chaos.relay``), so the chaos run can kill
 it for real: it sweeps the outbox on an interval until SIGTERM and, when armed, dies between publishing a
-batch and marking it published."""
+batch and marking it published (armed at start, or by a token while it runs)."""
 
 from __future__ import annotations
 
 import signal
 import threading
+from pathlib import Path
 
 from aws_lambda_powertools import Logger
 from pydantic import Field
@@ -27,11 +28,15 @@ class ChaosRelaySettings(RelaySettings):
     crashpoints: frozenset[str] = Field(
         default=frozenset(), description="Fault injection for chaos runs only: die at these points."
     )
+    crash_tokens_dir: Path | None = Field(
+        default=None,
+        description="Fault injection: die at a crash point when a token for it can be taken here.",
+    )
 
 
 def main() -> None:
     settings = ChaosRelaySettings()  # fields come from the environment
-    faults.arm(settings.crashpoints)
+    faults.arm(settings.crashpoints, settings.crash_tokens_dir)
     relay = build_relay(settings)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
