@@ -64,11 +64,18 @@ def dlq_depth(stack):
     return int(attributes["ApproximateNumberOfMessages"])
 
 
-def cli(stack, *args):
-    env = {k: v for k, v in os.environ.items() if k not in {"JOBS_QUEUE_URL", "DATABASE_URL"}}
+def cli(stack, *args, columns=80):
+    """The CLI as another process on this machine runs it: nothing about the system in its environment (no
+    AWS variables either), only the data folder where `local up` wrote its facts; output to a pipe."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"JOBS_QUEUE_URL", "JOBS_DLQ_URL", "DATABASE_URL", "MOTO_PORT"}
+        and not k.startswith("AWS_")
+    }
     return subprocess.run(
         [sys.executable, "-m", "tollgate.cli", *args, "--data-dir", str(stack.data_dir)],
-        env={**env, "COLUMNS": "250", "TOLLGATE_ACTOR": "oncall"},
+        env={**env, "COLUMNS": str(columns), "TOLLGATE_ACTOR": "oncall"},
         capture_output=True,
         text=True,
         timeout=120,
@@ -120,6 +127,11 @@ def test_webhook_dlq_and_redrive_story(stack):
     listed = cli(stack, "dlq", "list")
     assert listed.returncode == 0, listed.stderr
     assert "reset_and_redrive" in listed.stdout and "discard" in listed.stdout
+    assert stuck in listed.stdout and done in listed.stdout, "whole job ids in an 80-column pipe"
+    planned = json.loads(cli(stack, "dlq", "list", "--output", "json").stdout)
+    assert sorted((i["job_id"], i["decision"]) for i in planned) == sorted(
+        [(stuck, "reset_and_redrive"), (done, "discard")]
+    )
 
     redriven = cli(stack, "dlq", "redrive", "--reason", "database grant restored")
     assert redriven.returncode == 0, redriven.stderr
@@ -136,4 +148,7 @@ def test_webhook_dlq_and_redrive_story(stack):
     assert dlq_depth(stack) == 0
     shown = cli(stack, "jobs", "show", stuck)
     assert shown.returncode == 0 and "throttled" in shown.stdout and "database grant restored" in shown.stdout
+    detail = json.loads(cli(stack, "jobs", "show", stuck, "--output", "json").stdout)
+    assert (detail["tenant"], detail["state"]) == ("story", "SUCCEEDED")
+    assert [a["reason"] for a in detail["audit"]] == ["database grant restored"]
     assert json.loads(receiver.accepted[0].body)["data"]["job_id"] == done
