@@ -1,26 +1,43 @@
-"""The chaos run's fault plan: the seed decides it, every kind of fault is in it, crashes come first."""
+"""The chaos run's fault plan: the seed decides it, every kind of fault is in it, each is armed by a count of
+jobs that the run is sure to reach, crashes first."""
 
 import pytest
 
-from tollgate.chaos.plan import CRASHPOINTS, OUTAGES, FaultKind, plan_faults
+from tollgate.chaos.plan import CRASHPOINTS, MILESTONES, OUTAGES, FaultKind, Milestone, Trigger, plan_faults
 
 
 @pytest.mark.parametrize(("jobs", "kills"), [(40, 1), (300, 2)])
-def test_every_kind_of_fault_is_planned_within_the_traffic(jobs, kills):
+def test_every_kind_of_fault_is_planned_and_armed_by_its_milestone(jobs, kills):
     plan = plan_faults(seed=3, traffic_seconds=60, jobs=jobs)
 
     kinds = [fault.kind for fault in plan]
     assert set(kinds) == set(FaultKind)
     assert all(kinds.count(kind) == kills for kind in CRASHPOINTS)
-    assert all(0 < fault.at < 60 for fault in plan)
-    assert plan == sorted(plan)
+    assert all(fault.trigger.milestone is MILESTONES[fault.kind] for fault in plan)
+    assert [fault.order for fault in plan] == list(range(len(plan)))
+
+
+@pytest.mark.parametrize("jobs", [10, 40, 300, 2000])
+@pytest.mark.parametrize("seed", range(10))
+def test_every_trigger_is_a_count_the_run_reaches_with_traffic_still_to_come(seed, jobs):
+    """Some jobs are cancelled before they run (one in 40), so fewer than all reach RUNNING; a crash armed on
+    acceptances needs later submissions to carry a process to its crash point."""
+    cancelled = max(1, jobs // 40)
+
+    plan = plan_faults(seed, traffic_seconds=60, jobs=jobs)
+
+    counts = [fault.trigger.count for fault in plan]
+    assert counts == sorted(counts), "the plan never waits for an event it already passed"
+    assert all(1 <= count < jobs - cancelled for count in counts)
+    crashes = [fault.trigger.count for fault in plan if fault.kind in CRASHPOINTS]
+    assert max(crashes) <= 0.4 * jobs
 
 
 def test_crashes_come_before_the_outages_that_could_keep_them_from_their_crash_point():
     plan = plan_faults(seed=5, traffic_seconds=20, jobs=40)
 
-    last_crash = max(fault.at for fault in plan if fault.kind in CRASHPOINTS)
-    first_other = min(fault.at for fault in plan if fault.kind not in CRASHPOINTS)
+    last_crash = max(fault.order for fault in plan if fault.kind in CRASHPOINTS)
+    first_other = min(fault.order for fault in plan if fault.kind not in CRASHPOINTS)
     assert last_crash < first_other
 
 
@@ -33,3 +50,12 @@ def test_outages_last_seconds_and_leave_time_to_settle():
 def test_the_seed_decides_the_plan():
     assert plan_faults(1, 60, 200) == plan_faults(1, 60, 200)
     assert plan_faults(1, 60, 200) != plan_faults(2, 60, 200)
+
+
+def test_a_trigger_says_which_job_it_awaits():
+    assert Trigger(Milestone.RUNNING, 12).describe() == "the 12th job to reach RUNNING"
+    assert Trigger(Milestone.ACCEPTED, 1).describe() == "the 1st job to be accepted"
+    assert Trigger(Milestone.FINISHED, 22).describe() == "the 22nd job to finish"
+    assert Trigger(Milestone.ACCEPTED, 13).describe() == "the 13th job to be accepted"
+    assert Trigger(Milestone.ACCEPTED, 111).describe() == "the 111th job to be accepted"
+    assert str(Trigger(Milestone.RUNNING, 3)) == "3 reached RUNNING"

@@ -2,9 +2,11 @@
 
 Tenants submit sample invoices at a steady pace while a plan drawn from the seed injects every kind of fault
 (workers and the relay killed at their worst moments, the AWS endpoint and PostgreSQL taken away, provider
-429 storms, timeouts and broken output, the ERP down). Then the faults are healed, the system gets until the
-time limit to settle, and the ledger check reconciles the database, the queues, the dead letters and the
-ERP's log. The run fails if any invariant broke, any planned fault did not happen, or anything else surprised.
+429 storms, timeouts and broken output, the ERP down), each armed by an event the run observes (the Nth job
+accepted, reaching RUNNING or finished) and counted only once it showed (a process died at its crash point,
+the provider served the fault). Then the faults are healed, the system gets until the time limit to settle,
+and the ledger check reconciles the database, the queues, the dead letters and the ERP's log. The run fails
+if any invariant broke, any planned fault did not happen, or anything else surprised.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from tollgate.chaos.erp import ErpEndpoint, ErpLog
 from tollgate.chaos.fleet import Fleet
 from tollgate.chaos.gate import Gate
 from tollgate.chaos.ledger import Expectations, LedgerReport, check_ledger, read_queues
-from tollgate.chaos.plan import CRASHPOINTS, OUTAGES, PROVIDER_FAULTS, FaultKind, PlannedFault, plan_faults
+from tollgate.chaos.plan import CRASHPOINTS, PROVIDER_FAULTS, FaultKind, Milestone, PlannedFault, plan_faults
 from tollgate.chaos.postgres import (
     ChaosDatabase,
     close_server,
@@ -42,10 +44,11 @@ from tollgate.chaos.postgres import (
     drop_chaos_database,
     postgres_outage,
 )
+from tollgate.chaos.waiting import Waited, Waiter
 from tollgate.clock import new_id
 from tollgate.db import Database
-from tollgate.jobs.states import UNFINISHED_STATES, JobState
-from tollgate.llm.simulator import Latency, SimulatorConfig
+from tollgate.jobs.states import TERMINAL_STATES, UNFINISHED_STATES, JobState
+from tollgate.llm.simulator import Fault, Latency, SimulatorConfig
 from tollgate.local.aws import LocalAws
 from tollgate.local.client import ApiClient
 from tollgate.local.runtime import LIMITER_TABLE, LOCAL_BUCKET, LocalStack
@@ -81,6 +84,14 @@ RELAY_SETTINGS = {"RELAY_CLAIM_SECONDS": "5", "RELAY_BATCH_SIZE": "50", "RELAY_S
 QUEUE_VISIBILITY_SECONDS = 5
 # Kept back from the time limit for the ledger check and the report.
 LEDGER_RESERVE_SECONDS = 10.0
+# Of the time left after the traffic, the share that planned faults may still wait for their events; the
+# rest is for settling. A fault whose event has not come by then is reported as not injected, with what it
+# awaited.
+FAULT_WAIT_SHARE = 0.5
+# How long the traffic waits for the fleet's processes to start (at most a quarter of the time limit).
+FLEET_START_SECONDS = 60.0
+# How often a fault's wait looks again at what it awaits (a count in the database, a crash, the provider).
+WAIT_INTERVAL_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -101,6 +112,7 @@ class FaultRecord:
     planned: PlannedFault
     injected: int = 0
     detail: str = ""
+    at: float | None = None  # seconds after the traffic started, when it was injected
 
 
 @dataclass
@@ -132,13 +144,20 @@ def expected_states(invoice: SampleInvoice) -> frozenset[str]:
 
 
 class ChaosRun:
-    def __init__(self, config: ChaosConfig, console: Console) -> None:
+    def __init__(
+        self, config: ChaosConfig, console: Console, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.config = config
         self.console = console
+        self.clock = clock
         self.rng = random.Random(config.seed)  # noqa: S311 - a reproducible run, not a secret
-        self.started = time.monotonic()
+        self.started = clock()
         self.deadline = self.started + config.time_limit
         self.abort = threading.Event()
+        self.waiter = Waiter(clock, self.abort.wait, WAIT_INTERVAL_SECONDS)
+        self._milestones: tuple[float, dict[Milestone, int]] | None = None
+        self._milestones_lock = threading.Lock()
+        self.faults_deadline = self.deadline
         self.logs_dir = config.data_dir.resolve() / "logs"
         self.plan = plan_faults(config.seed, config.traffic_seconds, config.jobs)
         self.records = [FaultRecord(planned) for planned in self.plan]
@@ -173,7 +192,7 @@ class ChaosRun:
             self._tear_down(keep_database=report is not None and not report.ok)
 
     def elapsed(self) -> float:
-        return time.monotonic() - self.started
+        return self.clock() - self.started
 
     def _set_up(self) -> None:
         config = self.config
@@ -214,6 +233,7 @@ class ChaosRun:
         )
         self._create_tenants()
         self.fleet = self._start_fleet()
+        self._until_fleet_started()
         self.console.print(
             f"[bold]chaos[/bold] seed {config.seed}: {config.jobs} invoices over "
             f"{config.traffic_seconds:.0f} s from {len(self.tenants)} tenants, {len(self.plan)} faults "
@@ -251,6 +271,7 @@ class ChaosRun:
         common = {**os.environ, "DATABASE_URL": database.url, "JOBS_QUEUE_URL": stack.queues.url}
         fleet = Fleet(
             self.logs_dir,
+            self.config.data_dir.resolve() / "crash-tokens",
             worker_env={
                 **common,
                 **WORKER_SETTINGS,
@@ -264,20 +285,39 @@ class ChaosRun:
                 **RELAY_SETTINGS,
                 "WEBHOOK_STATE_MACHINE_ARN": stack.dispatcher_arn or "",
             },
+            clock=self.clock,
         )
         fleet.start_relay()
         for number in range(1, self.config.workers + 1):
             fleet.start_worker(f"worker-{number}")
         return fleet
 
+    def _until_fleet_started(self) -> None:
+        """The traffic starts once every worker and the relay can take work: on a busy machine a process
+        needs seconds to start, and tenants' jobs would otherwise pile up before any worker is there."""
+        fleet = self.fleet
+        assert fleet is not None
+        limit = min(FLEET_START_SECONDS, 0.25 * self.config.time_limit)
+        started = self.waiter.until(
+            lambda: not fleet.starting(),
+            self.clock() + limit,
+            "the workers and the relay to start",
+            seen=lambda: "still starting: " + ", ".join(fleet.starting()),
+        )
+        if not started.met:
+            self.console.print(f"[yellow]{started.shortfall}; the traffic starts anyway[/yellow]")
+
     # -- traffic and faults -----------------------------------------------------------------------------
 
     def _traffic_with_faults(self) -> None:
         invoices = generate_invoices(self.config.jobs, seed=self.config.seed)
         cancels = set(self.rng.sample(range(self.config.jobs), max(1, self.config.jobs // 40)))
-        traffic_started = time.monotonic()
+        traffic_started = self.clock()
         self.traffic_started = traffic_started
-        timeline = threading.Thread(target=self._inject_all, args=(traffic_started,), name="chaos-faults")
+        traffic_ends = traffic_started + self.config.traffic_seconds
+        settle_from = self.deadline - LEDGER_RESERVE_SECONDS
+        self.faults_deadline = traffic_ends + FAULT_WAIT_SHARE * max(settle_from - traffic_ends, 0.0)
+        timeline = threading.Thread(target=self._inject_all, name="chaos-faults")
         timeline.start()
         spacing = self.config.traffic_seconds / self.config.jobs
         try:
@@ -291,13 +331,10 @@ class ChaosRun:
             self.abort.set()  # Ctrl-C: the tenants and the fault timeline stop at once, not at the time limit
             raise
         timeline.join()
-        assert self.fleet is not None
-        for name in self.fleet.alive("armed-"):
-            self.fleet.retire(name)  # it never met its crash point; the report will say so
 
     def _pause_until(self, moment: float) -> bool:
         """Waits for ``moment`` (monotonic); True when the run was aborted meanwhile."""
-        return self.abort.wait(max(0.0, moment - time.monotonic()))
+        return self.abort.wait(max(0.0, moment - self.clock()))
 
     def _submit(self, index: int, tenant: Tenant, invoice: SampleInvoice, cancel: bool) -> None:
         key = f"chaos-{self.config.seed}-{index}"
@@ -322,7 +359,7 @@ class ChaosRun:
     def _until_answered(self, what: str, call: Callable[[], Any], final: Callable[[int], bool]) -> Any:
         """Calls until the API gives a final answer, as a tenant's client would: the same request (and
         Idempotency-Key) again after a refused connection, a 5xx or a 429/503."""
-        while not self.abort.is_set() and time.monotonic() < self.deadline - LEDGER_RESERVE_SECONDS:
+        while not self.abort.is_set() and self.clock() < self.deadline - LEDGER_RESERVE_SECONDS:
             try:
                 response = call()
             except OSError as error:
@@ -342,51 +379,81 @@ class ChaosRun:
             self.problems.append(f"{what}: never answered before the time limit")
         return None
 
-    def _inject_all(self, traffic_started: float) -> None:
-        outages: list[threading.Thread] = []
-        for record in self.records:
-            if self._pause_until(traffic_started + record.planned.at):
-                break
-            if record.planned.kind in OUTAGES and self._until_crashes_met(traffic_started):
-                break
-            if record.planned.kind in OUTAGES:
-                thread = threading.Thread(
-                    target=self._inject, args=(record,), name=f"chaos-{record.planned.kind}"
-                )
-                thread.start()
-                outages.append(thread)
-            else:
+    def _inject_all(self) -> None:
+        """Injects each planned fault once its event came. The crashes go one after another, each awaited
+        until a process met its crash point; the other faults follow them, each on its own event, and may
+        overlap. No outage starts while a crash is pending, so none keeps a process from its crash point."""
+        crashes = [r for r in self.records if r.planned.kind in CRASHPOINTS]
+        for record in crashes:
+            if self._armed(record):
                 self._inject(record)
-        for thread in outages:
+        others = [
+            threading.Thread(target=self._inject_when_armed, args=(r,), name=f"chaos-{r.planned.kind.name}")
+            for r in self.records
+            if r.planned.kind not in CRASHPOINTS
+        ]
+        for thread in others:
+            thread.start()
+        for thread in others:
             thread.join()
 
-    def _until_crashes_met(self, traffic_started: float) -> bool:
-        """Holds an outage back while an armed worker or relay has yet to meet its crash point, until the
-        traffic's end at the latest: an outage would keep it from the database or AWS, and on a busy
-        machine its start alone can take seconds. True when the run was aborted meanwhile."""
-        assert self.fleet is not None
-        until = traffic_started + self.config.traffic_seconds
-        while self.fleet.armed_pending() and time.monotonic() < until:
-            if self.abort.wait(0.2):
-                return True
-        return self.abort.is_set()
+    def _inject_when_armed(self, record: FaultRecord) -> None:
+        if self._armed(record):
+            self._inject(record)
+
+    def _armed(self, record: FaultRecord) -> bool:
+        """Waits for the fault's event; False (and the report says what was awaited) if it did not come."""
+        planned = record.planned
+        trigger = planned.trigger
+        armed = self.waiter.until(
+            lambda: self._reached(trigger.milestone) >= trigger.count,
+            self.faults_deadline,
+            trigger.describe(),
+            seen=lambda: f"{self._reached(trigger.milestone)} {trigger.milestone}",
+        )
+        if not armed.met:
+            record.detail = f"not injected: {armed.shortfall}"
+            return False
+        record.at = self.clock() - self.traffic_started
+        self.console.print(
+            f"{record.at:6.1f} s  after {trigger}: {planned.kind.value} ({planned.unit})", highlight=False
+        )
+        return True
+
+    def _reached(self, milestone: Milestone) -> int:
+        """How many of the run's jobs got as far as ``milestone``; raises while the database is away. The
+        database is read at most once per wait interval, however many faults are waiting."""
+        if milestone is Milestone.ACCEPTED:
+            with self._lock:
+                return len(self.acknowledged)
+        with self._milestones_lock:
+            if self._milestones is None or self.clock() - self._milestones[0] >= WAIT_INTERVAL_SECONDS:
+                self._milestones = (self.clock(), self._read_milestones())
+            counts = self._milestones[1]
+        return counts[milestone]
+
+    def _read_milestones(self) -> dict[Milestone, int]:
+        assert self.stack is not None
+        assert self.stack.system_db is not None
+        db = self.stack.system_db
+        with db.transaction() as conn:
+            row = conn.execute(
+                db.q.chaos_job_milestones,
+                {
+                    "tenant_ids": [t.tenant_id for t in self.tenants],
+                    "terminal_states": sorted(state.value for state in TERMINAL_STATES),
+                },
+            ).fetchone()
+        assert row is not None
+        return {Milestone.RUNNING: int(row["running"]), Milestone.FINISHED: int(row["finished"])}
 
     def _inject(self, record: FaultRecord) -> None:
         kind, amount = record.planned.kind, record.planned.amount
-        assert self.fleet is not None
-        assert self.stack is not None
-        assert self.stack.simulator is not None
-        planned = record.planned
-        self.console.print(f"{planned.at:6.1f} s  {kind.value} ({planned.unit})", highlight=False)
         try:
-            if kind is FaultKind.RELAY_MID_BATCH:
-                self.fleet.arm_relay(CRASHPOINTS[kind])
-            elif kind in CRASHPOINTS:
-                self.fleet.start_worker(
-                    f"armed-{record.planned.at:.0f}-{CRASHPOINTS[kind]}", CRASHPOINTS[kind]
-                )
+            if kind in CRASHPOINTS:
+                self._crash(record, CRASHPOINTS[kind])
             elif kind in PROVIDER_FAULTS:
-                self.stack.simulator.queue_fault(PROVIDER_FAULTS[kind], int(amount))
+                self._provider_fault(record, PROVIDER_FAULTS[kind], int(amount))
             elif kind is FaultKind.AWS_DOWN:
                 record.detail = self._aws_outage(amount)
                 record.injected = 1
@@ -407,6 +474,50 @@ class ChaosRun:
         except Exception as error:  # a fault that could not be injected is reported, not fatal
             logging.getLogger("tollgate-chaos").exception("fault injection failed")
             record.detail = f"not injected: {type(error).__name__}: {error}"
+
+    def _crash(self, record: FaultRecord, crashpoint: str) -> None:
+        """Arms ``crashpoint`` for whichever process meets it next, and waits until one died there."""
+        fleet = self.fleet
+        assert fleet is not None
+        token = fleet.arm(crashpoint)
+        waited = self._await_crash(token, self.faults_deadline, f"a process to meet {crashpoint}")
+        if not waited.met and not fleet.disarm(token):
+            # Taken as the wait ran out: the process is dying at its crash point right now.
+            waited = self._await_crash(token, self.clock() + 30.0, f"the process that took {token} to exit")
+        crash = fleet.crash(token)
+        if crash is None:
+            record.detail = f"not injected: {waited.shortfall}"
+            return
+        record.injected = 1
+        record.detail = (
+            f"armed for the next process there; {crash.member} exited 137 at its crash point "
+            f"{waited.seconds:.1f} s later, at {crash.at - self.traffic_started:.1f} s"
+        )
+
+    def _await_crash(self, token: str, deadline: float, awaited: str) -> Waited:
+        fleet = self.fleet
+        assert fleet is not None
+        return self.waiter.until(
+            lambda: fleet.crash(token) is not None,
+            deadline,
+            awaited,
+            seen=lambda: ", ".join(fleet.alive()) + " alive",
+        )
+
+    def _provider_fault(self, record: FaultRecord, fault: Fault, count: int) -> None:
+        """Queues ``count`` of ``fault`` for the next requests, and waits until the provider served one."""
+        simulator = self.stack.simulator if self.stack is not None else None
+        assert simulator is not None
+        before = simulator.stats.faults.get(fault.value, 0)
+        simulator.queue_fault(fault, count)
+        waited = self.waiter.until(
+            lambda: simulator.stats.faults.get(fault.value, 0) > before,
+            self.faults_deadline,
+            f"the provider to serve a queued {fault.value}",
+            seen=lambda: f"{len(simulator.queued_faults())} faults still queued",
+        )
+        if not waited.met:
+            record.detail = f"not injected: {waited.shortfall}"
 
     def _aws_outage(self, seconds: float) -> str:
         assert self.gate is not None
@@ -434,7 +545,7 @@ class ChaosRun:
             stuck[:] = found
             return done
 
-        remaining = self.deadline - LEDGER_RESERVE_SECONDS - time.monotonic()
+        remaining = self.deadline - LEDGER_RESERVE_SECONDS - self.clock()
         ok = self.stack.wait_for(settled, timeout=max(remaining, 0.0)) and not stuck
         self.console.print(f"settled after {self.elapsed():.0f} s" if ok else "[red]did not settle[/red]")
         return ok, stuck
@@ -499,15 +610,8 @@ class ChaosRun:
         by_kind: Counter[FaultKind] = Counter(r.planned.kind for r in self.records)
         for record in self.records:
             kind = record.planned.kind
-            if kind in CRASHPOINTS:
-                # The fleet timed the exits at each crash point; they match the planned kills in order.
-                times = self.fleet.crash_times.get(CRASHPOINTS[kind], [])
-                earlier = [r for r in self.records if r.planned.kind is kind].index(record)
-                record.injected = 1 if earlier < len(times) else 0
-                if record.injected:
-                    died = times[earlier] - self.traffic_started
-                    record.detail = f"started armed; exited 137 at its crash point at {died:.1f} s"
-            elif kind in PROVIDER_FAULTS:
+            if kind in PROVIDER_FAULTS and record.at is not None and not record.detail:
+                # Served from the queue first, then drawn at random (and the random ones before it count too).
                 total = drawn.get(PROVIDER_FAULTS[kind].value, 0)
                 record.injected = total
                 extra = total - int(record.planned.amount)
@@ -516,7 +620,7 @@ class ChaosRun:
             (
                 "every planned fault was injected",
                 all(r.injected for r in self.records),
-                ", ".join(f"{r.planned.kind} at {r.planned.at} s" for r in self.records if not r.injected)
+                "; ".join(f"{r.planned.kind}: {r.detail}" for r in self.records if not r.injected)
                 or f"{len(self.records)} faults of {len(by_kind)} kinds",
             ),
             (
@@ -606,12 +710,14 @@ def run_chaos(config: ChaosConfig, console: Console | None = None) -> ChaosRepor
 
 def print_report(report: ChaosReport, console: Console) -> None:
     faults = Table(title=f"Faults injected (seed {report.config.seed})")
-    for column in ("at (s)", "fault", "planned", "injected", "detail"):
-        faults.add_column(column, justify="right" if column in {"at (s)", "planned", "injected"} else "left")
+    for column in ("armed after", "at (s)", "fault", "planned", "injected", "detail"):
+        right = {"armed after", "at (s)", "planned", "injected"}
+        faults.add_column(column, justify="right" if column in right else "left")
     for record in report.faults:
         injected = f"[green]{record.injected}[/green]" if record.injected else "[red]0[/red]"
         faults.add_row(
-            f"{record.planned.at:.1f}",
+            f"{record.planned.trigger}",
+            "" if record.at is None else f"{record.at:.1f}",
             record.planned.kind.value,
             record.planned.unit,
             injected,
