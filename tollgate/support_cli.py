@@ -84,9 +84,11 @@ def _missing(error: ValidationError) -> str:
     problems = []
     for item in error.errors():
         name = ".".join(str(part) for part in item["loc"]).upper()
-        problems.append(
-            f"{name} is not set" if item["type"] == "missing" else item["msg"].removeprefix("Value error, ")
-        )
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "missing":
+            problems.append(f"{name} is not set")
+        else:
+            problems.append(f"{name}: {message}" if name else message)
     return "; ".join(problems)
 
 
