@@ -1,10 +1,13 @@
 """Shared fixtures: a real PostgreSQL database per test process (DATABASE_URL's server, or the embedded
-one) with all migrations applied, and moto as a real HTTP server on 127.0.0.1."""
+one) with all migrations applied, and moto as a real HTTP server on 127.0.0.1. Every test is also held to
+leaving the process as it found it: its environment variables and its non-daemon threads."""
 
 from __future__ import annotations
 
 import os
 import secrets
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +21,57 @@ from tollgate.settings import REPO_ROOT
 MIGRATIONS = REPO_ROOT / "migrations"
 # Tenants first: CASCADE reaches every table that refers to them; the rest have no tenant key.
 TABLES = "tenants, outbox_events, inbox_quarantine, support_audit"
+# A thread a test stopped may still be on its way out; this bounds the wait for it on a loaded machine.
+THREAD_EXIT_SECONDS = 30.0
+# pytest itself names the running test and phase here.
+PYTEST_OWN = "PYTEST_CURRENT_TEST"
+
+
+def environment_changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """Names whose value differs between two snapshots of os.environ (values are not shown: secrets)."""
+    names = (before.keys() | after.keys()) - {PYTEST_OWN}
+    return sorted(name for name in names if before.get(name) != after.get(name))
+
+
+def lingering_threads(before: set[threading.Thread], timeout: float) -> list[str]:
+    """Non-daemon threads started since ``before`` that are still alive once ``timeout`` has passed."""
+    deadline = time.monotonic() + timeout
+    for thread in set(threading.enumerate()) - before:
+        if not thread.daemon:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    return sorted(t.name for t in set(threading.enumerate()) - before if not t.daemon and t.is_alive())
+
+
+@pytest.fixture(autouse=True)
+def leaves_the_process_as_it_found_it() -> Iterator[None]:
+    """Fails a test that changes os.environ without restoring it, or leaves a non-daemon thread running.
+
+    Autouse and function-scoped, so it is set up after session and module fixtures and torn down after
+    the test's own fixtures: what those wider fixtures hold is theirs to put back when they end (the
+    session check below), and what the test or its fixtures changed must be back by the end of the test.
+    """
+    environment = dict(os.environ)
+    threads = set(threading.enumerate())
+    yield
+    changed = environment_changes(environment, dict(os.environ))
+    # Put it back first, so one leak is reported once and not again by every later test in this process.
+    for name in changed:
+        if name in environment:
+            os.environ[name] = environment[name]
+        else:
+            del os.environ[name]
+    left = lingering_threads(threads, THREAD_EXIT_SECONDS)
+    assert not changed, f"the test changed these environment variables and did not restore them: {changed}"
+    assert not left, f"the test left these non-daemon threads running: {left}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_leaves_the_environment_as_it_found_it() -> Iterator[None]:
+    """Session and module fixtures (the shared moto server, say) must restore what they set, too."""
+    environment = dict(os.environ)
+    yield
+    changed = environment_changes(environment, dict(os.environ))
+    assert not changed, f"session or module fixtures left these environment variables changed: {changed}"
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,6 @@ every response (status, content type, headers, body; problem+json for errors) as
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from tests.support import invoice_request
 from tollgate.auth import create_tenant
 from tollgate.clock import SystemClock, new_id
 from tollgate.events import EXTRACTION_COMPLETED
-from tollgate.local.aws import FAKE_AWS_ENV, LocalAws
+from tollgate.local.aws import LocalAws
 from tollgate.local.client import ApiClient
 from tollgate.local.runtime import LocalStack
 from tollgate.outbox import OutboxEvent
@@ -37,12 +36,8 @@ DISPATCHER_DEFINITION = {"StartAt": "Delivered", "States": {"Delivered": {"Type"
 
 @pytest.fixture(scope="module")
 def stack(fresh_database, tmp_path_factory) -> Iterator[LocalStack]:
-    with pytest.MonkeyPatch.context() as env:
-        # LocalAws points this process's AWS settings at its own moto; put back what was there afterwards,
-        # for the tests that run after this module in the same process.
-        for name in (*FAKE_AWS_ENV, "AWS_ENDPOINT_URL", "MOTO_PORT"):
-            env.setenv(name, os.environ.get(name, ""))
-        yield from _stack(fresh_database(), tmp_path_factory.mktemp("stack"))
+    # LocalAws puts the process's AWS settings back when it stops, for the tests after this module.
+    yield from _stack(fresh_database(), tmp_path_factory.mktemp("stack"))
 
 
 def _stack(database_url: str, data_dir: Path) -> Iterator[LocalStack]:

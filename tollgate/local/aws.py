@@ -18,11 +18,16 @@ FAKE_AWS_ENV = {
 
 
 class LocalAws:
-    """A moto server in this process; boto3 clients reach it through AWS_ENDPOINT_URL."""
+    """A moto server in this process; boto3 clients reach it through AWS_ENDPOINT_URL.
+
+    The process's AWS variables point at this server only while it runs: ``stop`` puts back what was there,
+    so a later server (or a test after this one) never inherits the address of one that is gone.
+    """
 
     def __init__(self, port: int = 0) -> None:
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         self.endpoint_url = ""
+        self._replaced: dict[str, str | None] = {}
 
     def start(self) -> str:
         # moto's server logs every request line through werkzeug; the system's own logs say more.
@@ -31,14 +36,20 @@ class LocalAws:
         host, port = self._server.get_host_and_port()
         self.endpoint_url = f"http://{host}:{port}"
         # Only placeholders go in, so real credentials in the environment can never reach moto or AWS.
-        os.environ.update(FAKE_AWS_ENV)
-        os.environ["AWS_ENDPOINT_URL"] = self.endpoint_url
         # moto's state machine interpreter calls Lambda on localhost:$MOTO_PORT (default 5000).
-        os.environ["MOTO_PORT"] = str(port)
+        ours = {**FAKE_AWS_ENV, "AWS_ENDPOINT_URL": self.endpoint_url, "MOTO_PORT": str(port)}
+        self._replaced = {name: os.environ.get(name) for name in ours}
+        os.environ.update(ours)
         return self.endpoint_url
 
     def stop(self) -> None:
         self._server.stop()
+        for name, value in self._replaced.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._replaced = {}
 
 
 def create_documents_bucket(name: str) -> None:
