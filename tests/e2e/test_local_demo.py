@@ -1,40 +1,129 @@
-"""The README's main command, end to end: `tollgate local demo` as a user runs it, in a subprocess."""
+"""The README's main command, end to end: `tollgate local demo` as a user runs it, in a subprocess.
+
+The demo keeps to itself (its own folder, a database of its own that it drops), shows progress on the
+terminal and its log lines in a file, and prints what the README's excerpt of it says it prints.
+"""
 
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
+import psycopg
 import pytest
+
+from tollgate.settings import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
 
+EXCERPT_START = "<!-- demo-output:start -->"
+EXCERPT_END = "<!-- demo-output:end -->"
+ELISION = "…"
+BARS = "━─╸╺"
 
-def test_the_demo_runs_twice_in_a_row_and_exits_zero(fresh_database, tmp_path):
-    env = {**os.environ, "DATABASE_URL": fresh_database()}
-    for _ in range(2):
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "tollgate.cli",
-                "local",
-                "demo",
-                "--jobs-per-tenant",
-                "10",
-                "--data-dir",
-                str(tmp_path),
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+
+def run_demo(cwd: Path, env: dict[str, str], *options: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tollgate.cli", "local", "demo", "--jobs-per-tenant", "10", *options],
+        cwd=cwd,
+        # 80 columns, as the README's excerpt was taken; the demo keeps its lines within that.
+        env={**env, "COLUMNS": "80"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def readme_excerpt() -> list[str]:
+    """The lines of the demo's output that the README shows, between its two markers."""
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split(EXCERPT_START, 1)[1].split(EXCERPT_END, 1)[0]
+    lines = block.strip().splitlines()
+    assert lines[0].startswith("```") and lines[-1] == "```", "the excerpt is one fenced block"
+    return [line for line in lines[1:-1] if line.strip()]
+
+
+def line_pattern(line: str) -> re.Pattern[str]:
+    """An excerpt line as a pattern: numbers, padding and bar lengths change from run to run, words don't."""
+    parts = []
+    for token in re.finditer(rf"\d+(?:[.,]\d+)*|\s+|[{BARS}]+|.", line.strip()):
+        text = token.group()
+        if text[0].isdigit():
+            parts.append(r"\d+(?:[.,]\d+)*")
+        elif text.isspace():
+            parts.append(r"\s*")
+        elif text[0] in BARS:
+            parts.append(f"[{BARS}]*")
+        else:
+            parts.append(re.escape(text))
+    return re.compile("".join(parts))
+
+
+def missing_from(output: str, excerpt: list[str]) -> list[str]:
+    """Excerpt lines that do not appear in ``output`` in the excerpt's order. Output lines the excerpt leaves
+    out are skipped (its elision line is only there for the reader)."""
+    printed = [line.strip() for line in output.splitlines()]
+    position, missing = 0, []
+    for line in excerpt:
+        if line.strip() == ELISION:
+            continue
+        pattern = line_pattern(line)
+        found = next((i for i in range(position, len(printed)) if pattern.fullmatch(printed[i])), None)
+        if found is None:
+            missing.append(line)
+        else:
+            position = found + 1
+    return missing
+
+
+def test_line_patterns_allow_what_varies_and_nothing_else():
+    pattern = line_pattern("       SUCCEEDED ━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━     270/300")
+
+    assert pattern.fullmatch("SUCCEEDED ━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━╸    29/30")
+    assert pattern.fullmatch("SUCCEEDED                                          0/30")
+    assert not pattern.fullmatch("REVIEW_REQUIRED ━━━━                                      3/30")
+    assert missing_from("a\nb 12 ms\nc", ["b 9 ms", ELISION, "c"]) == []
+    assert missing_from("a\nb 12 ms\nc", ["c", "b 9 ms"]) == ["b 9 ms"]
+
+
+def test_the_demo_keeps_to_its_own_folder_shows_progress_only_and_prints_the_readme_excerpt(tmp_path):
+    # As `make demo` runs on a fresh machine: no DATABASE_URL, so an embedded server in the demo's folder.
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    for run in range(2):
+        result = run_demo(tmp_path, env)
+
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         passed, total = re.search(r"(\d+)/(\d+) checks passed", result.stdout).groups()
         assert passed == total
         assert "jobs accepted" in result.stdout
+        # Progress only: every component's log lines went to the file the demo named.
+        assert "job accepted" not in result.stdout + result.stderr
+        assert not re.search(r"^\{", result.stdout, re.MULTILINE)
+        assert result.stderr == ""
+        log = tmp_path / ".tollgate" / "demo" / "demo.log"
+        assert f"Logs: {log.relative_to(tmp_path)}" in result.stdout
+        assert "job accepted" in log.read_text(encoding="utf-8")
+        if run == 0:
+            assert missing_from(result.stdout, readme_excerpt()) == [], result.stdout
+    # Nothing next to the demo's folder, where `tollgate local up` keeps its own data.
+    assert [p.name for p in (tmp_path / ".tollgate").iterdir()] == ["demo"]
+
+
+def test_on_database_url_the_demo_runs_in_a_database_of_its_own_and_drops_it(fresh_database, tmp_path):
+    url = fresh_database()
+    result = run_demo(tmp_path, {**os.environ, "DATABASE_URL": url}, "--data-dir", str(tmp_path / "demo"))
+
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "a database of its own on DATABASE_URL's server, dropped at the end" in result.stdout
+    log = (tmp_path / "demo" / "demo.log").read_text(encoding="utf-8")
+    name = re.search(r"demo database created\s+database=(\w+)", log).group(1)
+    with psycopg.connect(url) as conn:
+        leftover = conn.execute("SELECT count(*) FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        tables = conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").fetchone()
+    assert leftover == (0,), f"the demo left its database {name} behind"
+    assert tables == (0,), "the demo wrote into DATABASE_URL's own database"
 
 
 def test_tenants_create_prints_the_key_once_on_stdout(fresh_database, tmp_path):

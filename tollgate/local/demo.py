@@ -58,7 +58,7 @@ LOG_FILE = "demo.log"
 # What each final state means, for a reader who has not met the state machine yet.
 MEANINGS = {
     JobState.SUCCEEDED: "passed every validation rule",
-    JobState.REVIEW_REQUIRED: "failed a rule; waits for a person",
+    JobState.REVIEW_REQUIRED: "failed a rule; needs a person",
     JobState.FAILED_TERMINAL: "ran out of attempts or time",
     JobState.CANCELLED: "cancelled by its tenant",
 }
