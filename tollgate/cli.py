@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -50,29 +48,27 @@ def local_up(
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
     """Run the system in the foreground until Ctrl-C."""
+    from tollgate.local.foreground import run_in_foreground
     from tollgate.local.logs import use_readable_logs
     from tollgate.local.runtime import LocalStack
 
     use_readable_logs()
-    stack = LocalStack(port=port, erp_port=erp_port, data_dir=data_dir).start()
-    assert stack.erp is not None
-    console.print(
-        f"Tollgate is up: API at [bold]{stack.api_url}[/bold] (OpenAPI at {stack.api_url}/openapi.json)"
-    )
-    console.print(
-        f"Demo ERP receiver at [bold]{stack.erp.url}[/bold]: register {stack.erp.url}/<any path> as a "
-        "webhook endpoint and it verifies each delivery with that endpoint's secret."
-    )
-    console.print("Create a tenant with `tollgate tenants create NAME`. Ctrl-C stops everything.")
-    stopped = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
-    try:
-        stopped.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        console.print("Stopping…")
-        stack.stop()
+    stack = LocalStack(port=port, erp_port=erp_port, data_dir=data_dir)
+
+    def ready() -> None:
+        assert stack.erp is not None
+        console.print(
+            f"Tollgate is up: API at [bold]{stack.api_url}[/bold] (OpenAPI at {stack.api_url}/openapi.json)"
+        )
+        console.print(
+            f"Demo ERP receiver at [bold]{stack.erp.url}[/bold]: register {stack.erp.url}/<any path> as a "
+            "webhook endpoint and it verifies each delivery with that endpoint's secret."
+        )
+        console.print("Create a tenant with `tollgate tenants create NAME`. Ctrl-C stops everything.")
+
+    exit_code = run_in_foreground(stack, ready, lambda note: console.print(f"Stopping: {note}"))
+    if exit_code:
+        raise typer.Exit(exit_code)
 
 
 @local_app.command("demo")

@@ -1,4 +1,7 @@
-"""`tollgate local up` in the foreground: serves the API, and Ctrl-C stops everything it started."""
+"""`tollgate local up` in the foreground: serves the API, and Ctrl-C stops everything it started, also when it
+comes while the system is still starting."""
+
+from __future__ import annotations
 
 import os
 import re
@@ -6,6 +9,9 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
@@ -14,27 +20,51 @@ from tollgate.local.client import ApiClient
 
 pytestmark = pytest.mark.e2e
 
+# Generous bounds for a loaded 2-core machine; a healthy start takes seconds and a stop about ten.
+START_SECONDS = 180
+STOP_SECONDS = 120
 
-def _wait_for_line(process: subprocess.Popen, pattern: str, timeout: float) -> str:
-    """Reads stdout lines until one matches; a reader thread keeps the wait bounded without sleeping."""
-    found: list[str] = []
-    done = threading.Event()
 
-    def read() -> None:
+class Output:
+    """Reads the child's output to its end on a thread of its own, so the child never blocks on a full pipe,
+    and lets the test wait for a line that matches."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._ended = False
+        self._thread = threading.Thread(target=self._read, args=(process,), daemon=True)
+        self._thread.start()
+
+    def _read(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
         for line in process.stdout:
-            if re.search(pattern, line):
-                found.append(line)
-                done.set()
-                return
-        done.set()
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self._ended = True
+            self._changed.notify_all()
 
-    threading.Thread(target=read, daemon=True).start()
-    assert done.wait(timeout), f"no line matching {pattern!r} within {timeout}s"
-    assert found, "the process ended before printing the expected line"
-    return found[0]
+    def wait_for(self, pattern: str, timeout: float) -> str:
+        def found() -> str | None:
+            return next((line for line in self.lines if re.search(pattern, line)), None)
+
+        with self._changed:
+            self._changed.wait_for(lambda: found() is not None or self._ended, timeout)
+            line = found()
+        assert line is not None, f"no line matching {pattern!r} within {timeout}s; output:\n{self.text()}"
+        return line
+
+    def text(self) -> str:
+        return "".join(self.lines[-60:])
+
+    def close(self) -> None:
+        self._thread.join(STOP_SECONDS)
 
 
-def test_local_up_on_embedded_postgres_serves_and_stops_cleanly_on_ctrl_c(tmp_path):
+@pytest.fixture
+def local_up(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Output]]:
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     process = subprocess.Popen(
         [
@@ -46,27 +76,83 @@ def test_local_up_on_embedded_postgres_serves_and_stops_cleanly_on_ctrl_c(tmp_pa
         stderr=subprocess.STDOUT,
         text=True,
     )
+    output = Output(process)
     try:
-        line = _wait_for_line(process, r"API at http://127\.0\.0\.1:\d+", timeout=120)
-        url = re.search(r"http://127\.0\.0\.1:\d+", line).group(0)
-        line = _wait_for_line(process, r"Demo ERP receiver at http://127\.0\.0\.1:\d+", timeout=10)
-        erp_url = re.search(r"http://127\.0\.0\.1:\d+", line).group(0)
-        started = {p.pid for p in psutil.Process(process.pid).children(recursive=True)}
-        embedded = [
-            p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])
-        ]
-
-        response = ApiClient(url).request("GET", "/openapi.json", auth=False)
-        assert response.status == 200
-        unsigned = ApiClient(erp_url).request("POST", "/acme", json_body={}, auth=False)
-        assert (unsigned.status, unsigned.json) == (400, {"error": "missing_headers"})
-
-        process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=60) == 0
+        yield process, output
     finally:
         if process.poll() is None:
             process.kill()
+            process.wait()
+        output.close()
+
+
+def embedded_servers(data_dir: Path) -> list[psutil.Process]:
+    """The PostgreSQL processes serving a data folder under ``data_dir`` (not `local up` itself, whose
+    command line names the folder too)."""
+    found = []
+    for process in psutil.process_iter(["name", "cmdline"]):
+        try:
+            if process.info["name"] == "postgres" and str(data_dir) in " ".join(
+                process.info["cmdline"] or []
+            ):
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+def alive(processes: list[psutil.Process]) -> list[int]:
+    left = []
+    for process in processes:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                left.append(process.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return left
+
+
+def test_local_up_on_embedded_postgres_serves_and_stops_cleanly_on_ctrl_c(local_up, tmp_path):
+    process, output = local_up
+    line = output.wait_for(r"API at http://127\.0\.0\.1:\d+", timeout=START_SECONDS)
+    url = re.search(r"http://127\.0\.0\.1:\d+", line).group(0)
+    line = output.wait_for(r"Demo ERP receiver at http://127\.0\.0\.1:\d+", timeout=30)
+    erp_url = re.search(r"http://127\.0\.0\.1:\d+", line).group(0)
+    started = psutil.Process(process.pid).children(recursive=True)
+    embedded = embedded_servers(tmp_path)
     assert embedded, "the embedded PostgreSQL server should have been running"
-    still_running = [p.pid for p in embedded if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    assert still_running == [], "Ctrl-C left the embedded PostgreSQL server running"
-    assert not [pid for pid in started if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+
+    response = ApiClient(url).request("GET", "/openapi.json", auth=False)
+    assert response.status == 200
+    unsigned = ApiClient(erp_url).request("POST", "/acme", json_body={}, auth=False)
+    assert (unsigned.status, unsigned.json) == (400, {"error": "missing_headers"})
+
+    process.send_signal(signal.SIGINT)
+    try:
+        code = process.wait(timeout=STOP_SECONDS)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"local up still running {STOP_SECONDS}s after Ctrl-C; output:\n{output.text()}")
+    assert code == 0, output.text()
+    assert alive(embedded) == [], "Ctrl-C left the embedded PostgreSQL server running"
+    assert alive(started) == [], "Ctrl-C left processes that local up started"
+
+
+def test_ctrl_c_while_local_up_is_still_starting_stops_what_had_started(local_up, tmp_path):
+    process, output = local_up
+    # The embedded server starts first, long before the API is up: interrupt the start right there.
+    deadline = time.monotonic() + START_SECONDS
+    while not (embedded := embedded_servers(tmp_path)):
+        assert process.poll() is None, output.text()
+        assert time.monotonic() < deadline, "the embedded PostgreSQL server never started"
+        time.sleep(0.05)  # polling the process table: there is no event to wait on
+
+    process.send_signal(signal.SIGINT)
+    try:
+        code = process.wait(timeout=STOP_SECONDS)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"local up still running {STOP_SECONDS}s after Ctrl-C; output:\n{output.text()}")
+    assert code in (0, 130), output.text()
+    assert "Tollgate is up" not in output.text()
+    # The server may have been stopped by the process itself or, when the signal came before its handle
+    # existed, at interpreter exit; either way nothing of this run is left.
+    assert alive(embedded) == [], "Ctrl-C during start left the embedded PostgreSQL server running"

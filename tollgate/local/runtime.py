@@ -4,6 +4,7 @@ authorizer, the relay, the scheduler and two workers, each piece built by the sa
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import threading
@@ -25,6 +26,7 @@ from tollgate.limiter.dynamodb import create_limiter_table, serialize_moto_dynam
 from tollgate.llm.simulator import Latency, SimulatedProvider, SimulatorConfig
 from tollgate.local.aws import JobsQueues, LocalAws, create_documents_bucket, create_jobs_queues
 from tollgate.local.erp import DemoErp
+from tollgate.local.foreground import StartCancelled
 from tollgate.local.gateway import LocalGateway
 from tollgate.local.logs import as_component
 from tollgate.local.loops import Loop
@@ -96,6 +98,8 @@ class LocalStack:
     simulator_config: SimulatorConfig = field(default_factory=lambda: LOCAL_SIMULATOR)
     simulator: SimulatedProvider | None = None
     activity: threading.Condition = field(default_factory=threading.Condition)
+    # Set by a Ctrl-C while starting: the start ends at its next step and what had started is stopped.
+    cancelled: threading.Event = field(default_factory=threading.Event)
     _closers: list[Any] = field(default_factory=list)
 
     def notify_activity(self) -> None:
@@ -112,18 +116,31 @@ class LocalStack:
         assert self.gateway is not None
         return self.gateway.url
 
+    def cancel(self) -> None:
+        """Asks a start in progress (on another thread, or interrupted by a signal) to end early."""
+        self.cancelled.set()
+
+    def _unless_cancelled(self) -> None:
+        if self.cancelled.is_set():
+            raise StartCancelled
+
     def start(self) -> LocalStack:
+        """Starts every piece in order; each is registered to be stopped as soon as it runs, so ``stop``
+        after a start that failed or was cancelled (StartCancelled) stops exactly what had started."""
         if not self.database_url:
             self.database_url, pg_handle = server_url(self.data_dir.resolve() / "pgdata")
             if pg_handle is not None:
                 self._closers.append(pg_handle.cleanup)
+        self._unless_cancelled()
         if self.aws is None:
             self.aws = LocalAws()
             self.aws.start()
             self._closers.append(self.aws.stop)
         create_documents_bucket(LOCAL_BUCKET)
         self.queues = create_jobs_queues()
+        self._unless_cancelled()
         apply_migrations(self.database_url, REPO_ROOT / "migrations")
+        self._unless_cancelled()
 
         url = SecretStr(self.database_url)
         if self.pipeline:
@@ -155,6 +172,7 @@ class LocalStack:
         self.gateway.start()
         self._closers.append(self.gateway.stop)
         if self.pipeline:
+            self._unless_cancelled()
             self.erp = DemoErp(self.system_db, port=self.erp_port).start()
             self._closers.append(self.erp.stop)
             self._start_pipeline(url, relay_wake)
@@ -212,6 +230,7 @@ class LocalStack:
             loop.start()
             self._closers.append(loop.stop)
             self.loops[loop.name] = loop
+        self._unless_cancelled()
         self._start_workers(url, queue_url, relay_wake)
 
     def _start_dispatcher(self, url: SecretStr) -> str:
@@ -267,8 +286,14 @@ class LocalStack:
             self._closers.append(worker.stop)
 
     def stop(self) -> None:
+        """Stops what was started, last first; one piece failing to stop does not keep the rest running
+        (a start cut short by Ctrl-C leaves pieces half made)."""
         while self._closers:
-            self._closers.pop()()
+            closer = self._closers.pop()
+            try:
+                closer()
+            except Exception:
+                logging.getLogger("tollgate.local").exception("a part of the local system failed to stop")
 
     def __enter__(self) -> LocalStack:
         return self.start()
