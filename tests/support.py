@@ -16,7 +16,10 @@ def invoice_request(
 
 def count_rows(owner_url: str) -> dict[str, int]:
     """Row counts of every table a request could write, read as the owner (no row-level security)."""
-    tables = ("extraction_jobs", "outbox_events", "documents", "job_attempts", "extraction_results")
+    tables = (
+        *("extraction_jobs", "outbox_events", "documents", "job_attempts", "extraction_results"),
+        "webhook_endpoints",
+    )
     with psycopg.connect(owner_url) as conn:
         return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}  # type: ignore[index]
 

@@ -14,16 +14,54 @@ from tollgate.local.runtime import LOCAL_BUCKET
 pytestmark = pytest.mark.integration
 
 GOOD = invoice_request()
-NO_WRITE_TABLES = ("extraction_jobs", "outbox_events", "documents")
+NO_WRITE_TABLES = ("extraction_jobs", "outbox_events", "documents", "webhook_endpoints")
 
 
-def _post(body: bytes | None, content_type: str | None = "application/json", key: str | None = "k-1"):
+def _post(
+    body: bytes | None,
+    content_type: str | None = "application/json",
+    key: str | None = "k-1",
+    path: str = "/extraction-jobs",
+):
     headers = {}
     if content_type:
         headers["Content-Type"] = content_type
     if key is not None:
         headers["Idempotency-Key"] = key
-    return {"method": "POST", "path": "/extraction-jobs", "raw_body": body, "headers": headers}
+    return {"method": "POST", "path": path, "raw_body": body, "headers": headers}
+
+
+def _nested(depth: int, leaf: str = "1") -> str:
+    """``{"a":{"a":...leaf...}}``, ``depth`` objects deep, written as text (json.dumps would recurse)."""
+    return '{"a":' * depth + leaf + "}" * depth
+
+
+GOOD_TEXT = json.dumps(GOOD)[1:-1]  # the good request's members, to put a pathological one beside them
+ENDPOINT = '"url": "https://erp.example.com/hooks"'
+# Nesting that Python's parser cannot follow (it raised RecursionError, a 500, from 968 levels on), nesting
+# just under that, and nesting past the API's own limit but far from the parser's.
+PATHOLOGICAL = {
+    "nested-5000-deep": _post(_nested(5000).encode()),
+    "nested-968-deep": _post(_nested(968).encode()),
+    "nested-967-deep": _post(_nested(967).encode()),
+    "nested-40-deep": _post(_nested(40).encode()),
+    "arrays-5000-deep": _post(('{"document": {"pages": ' + "[" * 5000 + "]" * 5000 + "}}").encode()),
+    "metadata-5000-deep": _post(("{" + GOOD_TEXT + ', "metadata": ' + _nested(5000, '"x"') + "}").encode()),
+    "endpoint-5000-deep": _post(
+        ("{" + ENDPOINT + ', "description": ' + _nested(5000) + "}").encode(), path="/webhook-endpoints"
+    ),
+    "endpoint-968-deep": _post(_nested(968).encode(), path="/webhook-endpoints"),
+    # Numbers: thousands of digits (Python refuses past 4,300 with a ValueError and is slow before), an
+    # exponent past a float's range, and the non-JSON constants Python's parser accepts.
+    "integer-of-5000-digits": _post(("{" + GOOD_TEXT + ', "priority": ' + "9" * 5000 + "}").encode()),
+    "integer-of-100000-digits": _post(("{" + GOOD_TEXT + ', "priority": ' + "9" * 100_000 + "}").encode()),
+    "float-past-its-range": _post(("{" + GOOD_TEXT + ', "deadline_seconds": 1e999}').encode()),
+    "fraction-of-5000-digits": _post(("{" + GOOD_TEXT + ', "priority": 0.' + "1" * 5000 + "}").encode()),
+    "nan": _post(("{" + GOOD_TEXT + ', "priority": NaN}').encode()),
+    "infinity": _post(("{" + GOOD_TEXT + ', "deadline_seconds": Infinity}').encode()),
+    "minus-infinity-in-metadata": _post(('{"metadata": {"a": -Infinity}, ' + GOOD_TEXT + "}").encode()),
+    "endpoint-with-nan": _post(("{" + ENDPOINT + ', "enabled": NaN}').encode(), path="/webhook-endpoints"),
+}
 
 
 def _json(value: object, **kwargs) -> dict:
@@ -134,6 +172,31 @@ AUTH_CASES = {
     "unknown-key": {"Authorization": "Bearer tg_thisKeyWasNeverIssued0000000000000000000"},
     "key-without-prefix": {"Authorization": "Bearer abc"},
 }
+
+
+@pytest.mark.parametrize("request_args", PATHOLOGICAL.values(), ids=PATHOLOGICAL.keys())
+def test_pathological_json_is_a_400_problem_and_writes_nothing(tenant, clean_db, request_args):
+    before_rows, before_objects = count_rows(clean_db), _s3_object_count()
+    args = dict(request_args)
+
+    response = tenant.client.request(args.pop("method"), args.pop("path"), **args)
+
+    assert response.status == 400, response.body[:500]
+    assert response.header("Content-Type") == "application/problem+json"
+    body = response.json
+    assert body["type"] == "https://tollgate.dev/problems/invalid-request"
+    assert body["status"] == 400 and body["detail"].startswith("the body is not")
+    assert count_rows(clean_db) == before_rows
+    assert _s3_object_count() == before_objects
+
+
+def test_nesting_within_the_limit_is_read_and_validated_as_usual(tenant, clean_db):
+    response = tenant.client.request(
+        **_post(("{" + GOOD_TEXT + ', "metadata": ' + _nested(20) + "}").encode())
+    )
+
+    assert response.status == 422, response.body[:500]
+    assert response.json["errors"][0]["loc"][:2] == ["body", "metadata"]
 
 
 def _s3_object_count() -> int:

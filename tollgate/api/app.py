@@ -40,6 +40,7 @@ from tollgate.acceptance.service import (
     get_job_result,
     list_jobs,
 )
+from tollgate.api.json_body import UnacceptableJson, load_request_json
 from tollgate.api.problems import PROBLEM_CONTENT_TYPE, problem_response
 from tollgate.api.webhook_routes import register_webhook_routes
 from tollgate.errors import (
@@ -117,7 +118,7 @@ class RequestScopedResolver(APIGatewayRestResolver):
 
 
 def create_app(deps: ApiDeps) -> APIGatewayRestResolver:
-    app = RequestScopedResolver(enable_validation=True)
+    app = RequestScopedResolver(enable_validation=True, json_body_deserializer=load_request_json)
 
     def tenant_id() -> UUID:
         authorizer = (app.current_event.raw_event.get("requestContext") or {}).get("authorizer") or {}
@@ -241,7 +242,9 @@ def create_app(deps: ApiDeps) -> APIGatewayRestResolver:
     def validation_error(error: RequestValidationError) -> Response[str]:
         errors = [_public_error(e) for e in error.errors()]
         if any(e["type"] == "json_invalid" for e in errors):
-            return problem_response(InvalidRequest("the body is not valid JSON", errors=errors))
+            why = error.__cause__.msg if isinstance(error.__cause__, UnacceptableJson) else None
+            detail = f"the body is not JSON the API takes: {why}" if why else "the body is not valid JSON"
+            return problem_response(InvalidRequest(detail, errors=errors))
         if errors and all(e["loc"] == ["header", "idempotency-key"] for e in errors):
             # When the key is all that is wrong, the answer is the 400 the API documents for it.
             if errors[0]["type"] == "missing":
