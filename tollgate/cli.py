@@ -10,7 +10,7 @@ import typer
 from pydantic import SecretStr
 from rich.console import Console
 
-from tollgate.settings import REPO_ROOT, DatabaseSettings
+from tollgate.settings import MIGRATIONS_DIR, REPO_ROOT, DatabaseSettings
 from tollgate.support_cli import deliveries_app, dlq_app, jobs_app
 
 app = typer.Typer(
@@ -121,7 +121,7 @@ def tenants_create(name: str, data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
     from tollgate.errors import TollgateError
 
     url = _database_url(data_dir)
-    apply_migrations(url, REPO_ROOT / "migrations")
+    apply_migrations(url, MIGRATIONS_DIR)
     db = build_database(DatabaseSettings(database_url=SecretStr(url), database_role="tollgate_system"))
     try:
         tenant = create_tenant(db, name, new_id)
@@ -167,7 +167,7 @@ def db_migrate(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
     """Apply pending migrations (DATABASE_URL, or the embedded server)."""
     from tollgate.db.migrations import apply_migrations
 
-    applied = apply_migrations(_database_url(data_dir), REPO_ROOT / "migrations")
+    applied = apply_migrations(_database_url(data_dir), MIGRATIONS_DIR)
     names = ", ".join(f"{m.version:04d}_{m.name}" for m in applied) or "nothing to apply"
     console.print(f"migrations: {names}")
 

@@ -15,6 +15,10 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# A checkout keeps the migrations at its top; the wheel carries them inside the package (pyproject's
+# force-include), so an installed `tollgate db migrate` finds them without a checkout.
+_PACKAGED_MIGRATIONS = Path(__file__).resolve().parent / "_migrations"
+MIGRATIONS_DIR = _PACKAGED_MIGRATIONS if _PACKAGED_MIGRATIONS.is_dir() else REPO_ROOT / "migrations"
 
 
 class DatabaseSettings(BaseSettings):
@@ -115,9 +119,7 @@ class MigrateSettings(DatabaseSettings):
     """The migration custom resource Lambda (connects as the owner, so no role switch)."""
 
     database_role: str = Field(default="", description="Empty: migrations run as the connecting owner.")
-    migrations_dir: Path = Field(
-        default=REPO_ROOT / "migrations", description="Folder of numbered SQL files."
-    )
+    migrations_dir: Path = Field(default=MIGRATIONS_DIR, description="Folder of numbered SQL files.")
 
 
 class SystemDatabaseSettings(DatabaseSettings):

@@ -57,6 +57,11 @@ def test_gaps_in_numbering_are_refused(tmp_path):
         read_migrations(tmp_path)
 
 
+def test_a_missing_migrations_folder_is_an_error_not_nothing_to_apply(fresh_database, tmp_path):
+    with pytest.raises(MigrationError, match="no migrations folder"):
+        apply_migrations(fresh_database(), tmp_path / "not-there")
+
+
 def test_two_runners_at_once_apply_each_migration_once(fresh_database, migrations_dir):
     url = fresh_database()
     results: list[list] = []

@@ -38,6 +38,9 @@ class Migration:
 
 
 def read_migrations(directory: Path) -> list[Migration]:
+    if not directory.is_dir():
+        # Not "nothing to apply": a missing folder would otherwise look like an up-to-date database.
+        raise MigrationError(f"no migrations folder at {directory}")
     migrations: list[Migration] = []
     for path in sorted(directory.glob("*.sql")):
         match = _FILE_NAME.match(path.name)

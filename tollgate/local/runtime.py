@@ -38,7 +38,7 @@ from tollgate.nudge import EventNudger
 from tollgate.outbox import relay_outbox
 from tollgate.scheduling import run_scheduler
 from tollgate.settings import (
-    REPO_ROOT,
+    MIGRATIONS_DIR,
     ApiSettings,
     AuthorizerSettings,
     DatabaseSettings,
@@ -139,7 +139,7 @@ class LocalStack:
         create_documents_bucket(LOCAL_BUCKET)
         self.queues = create_jobs_queues()
         self._unless_cancelled()
-        apply_migrations(self.database_url, REPO_ROOT / "migrations")
+        apply_migrations(self.database_url, MIGRATIONS_DIR)
         self._unless_cancelled()
 
         url = SecretStr(self.database_url)
