@@ -233,11 +233,12 @@ class ChaosRun:
         )
         self._create_tenants()
         self.fleet = self._start_fleet()
-        self._until_fleet_started()
+        fleet_started = self._until_fleet_started()
         self.console.print(
             f"[bold]chaos[/bold] seed {config.seed}: {config.jobs} invoices over "
             f"{config.traffic_seconds:.0f} s from {len(self.tenants)} tenants, {len(self.plan)} faults "
-            f"planned, time limit {config.time_limit:.0f} s; logs in {self.logs_dir}"
+            f"planned, time limit {config.time_limit:.0f} s; workers and relay up in {fleet_started:.0f} s; "
+            f"logs in {self.logs_dir}"
         )
 
     def _create_tenants(self) -> None:
@@ -292,9 +293,10 @@ class ChaosRun:
             fleet.start_worker(f"worker-{number}")
         return fleet
 
-    def _until_fleet_started(self) -> None:
+    def _until_fleet_started(self) -> float:
         """The traffic starts once every worker and the relay can take work: on a busy machine a process
-        needs seconds to start, and tenants' jobs would otherwise pile up before any worker is there."""
+        needs seconds to start, and tenants' jobs would otherwise pile up before any worker is there.
+        Returns the seconds waited."""
         fleet = self.fleet
         assert fleet is not None
         limit = min(FLEET_START_SECONDS, 0.25 * self.config.time_limit)
@@ -306,6 +308,7 @@ class ChaosRun:
         )
         if not started.met:
             self.console.print(f"[yellow]{started.shortfall}; the traffic starts anyway[/yellow]")
+        return started.seconds
 
     # -- traffic and faults -----------------------------------------------------------------------------
 
