@@ -33,6 +33,7 @@ def test_a_fault_between_the_job_insert_and_the_outbox_insert_leaves_nothing(
         "documents": 0,
         "job_attempts": 0,
         "extraction_results": 0,
+        "webhook_endpoints": 0,
     }
 
 
