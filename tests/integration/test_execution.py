@@ -116,6 +116,18 @@ class ManualTicks:
             await self.entered.wait_for(lambda: self.entries >= count)
 
 
+# Bounds a scenario's waits on real I/O (PostgreSQL, moto) on a loaded machine; it runs out only when a test
+# is failing, and then says what never happened.
+SCENARIO_SECONDS = 120.0
+
+
+async def within(awaitable, awaited: str):
+    try:
+        return await asyncio.wait_for(awaitable, SCENARIO_SECONDS)
+    except TimeoutError:
+        raise AssertionError(f"{awaited} (waited {SCENARIO_SECONDS:.0f} s)") from None
+
+
 def make_deps(system_db, llm, clock=None, sleep=None, **overrides) -> ExecutionDeps:
     clock = clock or SystemClock()
     fields = {
@@ -252,14 +264,14 @@ def test_a_heartbeat_that_finds_the_fence_moved_stops_the_attempt(supplier_tenan
     async def scenario():
         llm.hold = asyncio.Event()  # the provider call hangs until cancelled
         attempt = asyncio.create_task(run_attempt(deps, claim(deps)))
-        await llm.called.wait()
+        await within(llm.called.wait(), "the attempt never called the provider")
         await asyncio.to_thread(
             lambda: psycopg.connect(clean_db, autocommit=True).execute(
                 "UPDATE extraction_jobs SET fence = fence + 1 WHERE job_id = %s", (job_id,)
             )
         )
         ticks.tick.set()  # the next heartbeat runs now
-        return await asyncio.wait_for(attempt, timeout=30)
+        return await within(attempt, "the attempt did not stop after its heartbeat found the fence moved")
 
     report = asyncio.run(scenario())
 
@@ -288,7 +300,9 @@ def test_a_heartbeat_extends_the_lease_while_the_fence_matches(supplier_tenant, 
         llm.hold.set()
         return renewed, await attempt
 
-    renewed, report = asyncio.run(asyncio.wait_for(scenario(), timeout=30))
+    renewed, report = asyncio.run(
+        within(scenario(), "the heartbeat did not renew the lease, or the attempt did not finish after it")
+    )
 
     assert renewed["lease_until"] == clock.now() + timedelta(seconds=60)
     assert report.end is AttemptEnd.SUCCEEDED
@@ -439,9 +453,10 @@ def test_on_stop_a_worker_drains_then_hands_back_what_it_cannot_finish(supplier_
                 ingress, deps, WorkerConfig(slots=1, tenant_cap=8, idle_seconds=0.05, drain_seconds=0), stop
             )
         )
-        await llm.called.wait()  # the job is claimed and its call is in flight
+        # the job is claimed and its call is in flight
+        await within(llm.called.wait(), "the worker never claimed the job and called the provider")
         stop.set()  # SIGTERM
-        await asyncio.wait_for(worker, timeout=30)
+        await within(worker, "the worker did not stop after its drain time")
 
     asyncio.run(scenario())
 
