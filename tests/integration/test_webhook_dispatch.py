@@ -93,6 +93,11 @@ class FlakyFront:
         self.server.server_close()
 
 
+# How long a delivery's executions (moto's state machine, the attempts, PostgreSQL) may take to settle on a
+# loaded machine; it runs out only when a test is failing.
+SETTLE_SECONDS = 120.0
+
+
 class Dispatcher:
     """The moto-executed dispatcher plus a way to wait for deliveries to settle without polling."""
 
@@ -115,7 +120,7 @@ class Dispatcher:
         self.arn = create_dispatcher(attempt, suffix=f"-{secrets.token_hex(4)}")
         self.starter = StepFunctionsStarter(boto3.client("stepfunctions"), self.arn)
 
-    def wait_until(self, predicate, timeout=60.0) -> bool:
+    def wait_until(self, predicate, timeout=SETTLE_SECONDS) -> bool:
         with self.changed:
             return self.changed.wait_for(predicate, timeout)
 
@@ -195,7 +200,7 @@ def test_delivered_the_first_time_and_verified_by_the_receiver(
     _, client = secured_tenant
     _, receiver, _ = deliver(system_db, dispatcher, client, clean_db, [], cleanup)
 
-    assert dispatcher.wait_until(settled(clean_db))
+    assert dispatcher.wait_until(settled(clean_db)), "the delivery never reached a final state"
     delivery_id, state, count = delivery(clean_db)
     assert (state, count) == ("DELIVERED", 1)
     [received] = receiver.accepted
@@ -214,7 +219,7 @@ def test_503_then_200_is_delivered_on_the_second_attempt(
     _, client = secured_tenant
     _, receiver, front = deliver(system_db, dispatcher, client, clean_db, [(503, {})], cleanup)
 
-    assert dispatcher.wait_until(settled(clean_db))
+    assert dispatcher.wait_until(settled(clean_db)), "the delivery never reached a final state"
     assert delivery(clean_db)[1:] == ("DELIVERED", 2)
     assert len(receiver.accepted) == 1
     assert attempts(clean_db) == [(1, 503, 5), (2, 200, None)]
@@ -228,7 +233,7 @@ def test_429_with_retry_after_waits_at_least_that_long(
     _, client = secured_tenant
     deliver(system_db, dispatcher, client, clean_db, [(429, {"Retry-After": "120"})], cleanup)
 
-    assert dispatcher.wait_until(settled(clean_db))
+    assert dispatcher.wait_until(settled(clean_db)), "the delivery never reached a final state"
     assert attempts(clean_db)[0] == (1, 429, 120)
     assert delivery(clean_db)[1] == "DELIVERED"
 
@@ -237,7 +242,7 @@ def test_410_disables_the_endpoint_and_stops(secured_tenant, dispatcher, system_
     _, client = secured_tenant
     endpoint_id, _, _ = deliver(system_db, dispatcher, client, clean_db, [(410, {})], cleanup)
 
-    assert dispatcher.wait_until(settled(clean_db))
+    assert dispatcher.wait_until(settled(clean_db)), "the delivery never reached a final state"
     assert delivery(clean_db)[1:] == ("ENDPOINT_DISABLED", 1)
     endpoint = client.request("GET", f"/webhook-endpoints/{endpoint_id}").json
     assert (endpoint["enabled"], endpoint["disabled_reason"]) == (False, "the endpoint answered 410 Gone")
@@ -250,7 +255,7 @@ def test_a_schedule_spent_on_failures_gives_up_records_it_and_counts_it(
     _, client = secured_tenant
     deliver(system_db, dispatcher, client, clean_db, [(503, {})] * 8, cleanup)
 
-    assert dispatcher.wait_until(settled(clean_db))
+    assert dispatcher.wait_until(settled(clean_db)), "the delivery never reached a final state"
     assert delivery(clean_db)[1:] == ("FAILED", 8)
     assert [delay for _, _, delay in attempts(clean_db)] == [5, 300, 1800, 7200, 18000, 36000, 36000, None]
     assert dispatcher.deps.metrics.counts == {"DeliveryAttemptsFailed": 8, "DeliveriesGaveUp": 1}
@@ -263,7 +268,7 @@ def test_an_erp_down_for_two_simulated_hours_is_retried_on_schedule_without_re_e
     down = [(503, {})] * 5  # attempts 1-5 fail; their waits add up to 5 s + 5 min + 30 min + 2 h
     deliver(system_db, dispatcher, client, clean_db, down, cleanup)
 
-    assert dispatcher.wait_until(settled(clean_db))
+    assert dispatcher.wait_until(settled(clean_db)), "the delivery never reached a final state"
     history = attempts(clean_db)
     assert delivery(clean_db)[1:] == ("DELIVERED", 6)
     assert [delay for _, _, delay in history[:5]] == [5, 300, 1800, 7200, 18000]
@@ -277,7 +282,7 @@ def test_a_replay_resends_with_the_same_webhook_id_and_the_receiver_deduplicates
 ):
     tenant, client = secured_tenant
     endpoint_id, receiver, front = deliver(system_db, dispatcher, client, clean_db, [], cleanup)
-    assert dispatcher.wait_until(settled(clean_db))
+    assert dispatcher.wait_until(settled(clean_db)), "the delivery never reached a final state"
     delivery_id = delivery(clean_db)[0]
 
     replay_delivery(
@@ -287,7 +292,9 @@ def test_a_replay_resends_with_the_same_webhook_id_and_the_receiver_deduplicates
         delivery_id,
     )
 
-    assert dispatcher.wait_until(lambda: len(front.seen) == 2 and delivery(clean_db)[1] in FINAL)
+    assert dispatcher.wait_until(lambda: len(front.seen) == 2 and delivery(clean_db)[1] in FINAL), (
+        "the replay never reached the endpoint and settled"
+    )
     assert front.seen == [str(delivery_id), str(delivery_id)]
     assert len(receiver.accepted) == 1 and receiver.duplicates == 1
 
@@ -326,7 +333,7 @@ def test_the_scheduler_restarts_a_delivery_no_execution_drives_and_leaves_live_o
 
     later, metrics = tick(now + timedelta(minutes=16))
     assert later.deliveries_restarted == 1 and metrics.counts["DeliveriesRestarted"] == 1
-    assert dispatcher.wait_until(settled(clean_db))
+    assert dispatcher.wait_until(settled(clean_db)), "the delivery never reached a final state"
     assert delivery(clean_db)[1:] == ("DELIVERED", 1)
     [received] = receiver.accepted
     assert received.webhook_id == str(delivery(clean_db)[0])
