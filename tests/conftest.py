@@ -22,7 +22,7 @@ MIGRATIONS = REPO_ROOT / "migrations"
 # Tenants first: CASCADE reaches every table that refers to them; the rest have no tenant key.
 TABLES = "tenants, outbox_events, inbox_quarantine, support_audit"
 # A thread a test stopped may still be on its way out; this bounds the wait for it on a loaded machine.
-THREAD_EXIT_SECONDS = 30.0
+THREAD_EXIT_SECONDS = 60.0
 # pytest itself names the running test and phase here.
 PYTEST_OWN = "PYTEST_CURRENT_TEST"
 

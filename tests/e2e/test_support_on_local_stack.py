@@ -24,6 +24,10 @@ from tollgate.suppliers import add_supplier
 
 pytestmark = pytest.mark.e2e
 
+# How long the local system (workers, relay, scheduler, moto's SQS) may take to get somewhere on a loaded
+# machine; it runs out only when the test is failing.
+PATIENCE_SECONDS = 120
+
 
 @pytest.fixture
 def stack(fresh_database, tmp_path):
@@ -96,7 +100,9 @@ def test_webhook_dlq_and_redrive_story(stack):
 
     # A job runs to its end and its signed webhook is verified by the receiver.
     done = client.submit(request_body(first), "first").json["job_id"]
-    assert stack.wait_for(lambda: len(receiver.accepted) == 1, timeout=60)
+    assert stack.wait_for(lambda: len(receiver.accepted) == 1, timeout=PATIENCE_SECONDS), (
+        "the first job's webhook never reached the demo ERP"
+    )
     assert state(url, done) == "SUCCEEDED"
 
     # The worker cannot record the next job's message (a fault in the database), so SQS retires it to
@@ -106,8 +112,8 @@ def test_webhook_dlq_and_redrive_story(stack):
     stack.simulator.queue_fault(Fault.RATE_LIMIT, count=5)
     stuck = client.submit(request_body(second), "second").json["job_id"]
     assert stack.wait_for(
-        lambda: state(url, stuck) == "FAILED_TERMINAL" and dlq_depth(stack) == 1, timeout=90
-    )
+        lambda: state(url, stuck) == "FAILED_TERMINAL" and dlq_depth(stack) == 1, timeout=PATIENCE_SECONDS
+    ), "the throttled job did not fail terminally with its message in the DLQ"
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("GRANT INSERT ON execution_inbox TO tollgate_system")
         (event_body,) = conn.execute(
@@ -136,7 +142,9 @@ def test_webhook_dlq_and_redrive_story(stack):
     redriven = cli(stack, "dlq", "redrive", "--reason", "database grant restored")
     assert redriven.returncode == 0, redriven.stderr
 
-    assert stack.wait_for(lambda: state(url, stuck) == "SUCCEEDED", timeout=60)
+    assert stack.wait_for(lambda: state(url, stuck) == "SUCCEEDED", timeout=PATIENCE_SECONDS), (
+        "the redriven job never succeeded"
+    )
     assert "already ended SUCCEEDED" in redriven.stdout
     with psycopg.connect(url) as conn:
         trail = conn.execute(

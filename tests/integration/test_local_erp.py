@@ -24,7 +24,8 @@ def erp(system_db):
 def post(url: str, headers: dict[str, str], body: bytes) -> tuple[int, dict]:
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        # Roomy for a loaded machine: every delivery here is expected to be answered.
+        with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())

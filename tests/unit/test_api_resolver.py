@@ -9,6 +9,9 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from tollgate.api.app import RequestScopedResolver
 from tollgate.local.gateway import build_event
 
+# How long one thread may wait for the other on a loaded machine; it runs out only when a test is failing.
+PATIENCE_SECONDS = 60
+
 
 def resolve_two_at_once(resolver_class: type[APIGatewayRestResolver]) -> dict[str, tuple[str, str]]:
     """Request a enters its route and waits; request b is resolved meanwhile; then a reads its event again."""
@@ -23,7 +26,7 @@ def resolve_two_at_once(resolver_class: type[APIGatewayRestResolver]) -> dict[st
             name = app.current_event.headers["x-who"]
             if name == "a":
                 a_inside.set()
-                assert b_done.wait(10)
+                assert b_done.wait(PATIENCE_SECONDS), "request b was never resolved"
             seen[name] = (name, app.current_event.headers["x-who"])
             return Response(200, "text/plain", name)
 
@@ -34,10 +37,11 @@ def resolve_two_at_once(resolver_class: type[APIGatewayRestResolver]) -> dict[st
         target=lambda: first.resolve(build_event("GET", "/who", {"x-who": "a"}, b""), None)
     )
     thread.start()
-    assert a_inside.wait(10)
+    assert a_inside.wait(PATIENCE_SECONDS), "request a never entered its route"
     second.resolve(build_event("GET", "/who", {"x-who": "b"}, b""), None)
     b_done.set()
-    thread.join(10)
+    thread.join(PATIENCE_SECONDS)
+    assert not thread.is_alive(), "request a never finished"
     return seen
 
 
