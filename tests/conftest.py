@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -42,9 +43,38 @@ def lingering_threads(before: set[threading.Thread], timeout: float) -> list[str
     return sorted(t.name for t in set(threading.enumerate()) - before if not t.daemon and t.is_alive())
 
 
+# Library code the local system patches while it runs (moto's Lambda invoke for the dispatcher, its DynamoDB
+# handler for atomic conditions): (module, class, attribute).
+PATCH_POINTS = (
+    ("moto.awslambda.models", "LambdaFunction", "_invoke_lambda"),
+    ("moto.dynamodb.responses", "DynamoHandler", "call_action"),
+)
+
+
+def patched_library_code() -> dict[tuple[str, str, str], object]:
+    """The patch points of modules already imported, each with the function now in place."""
+    return {
+        (module, owner, attribute): getattr(getattr(sys.modules[module], owner), attribute)
+        for module, owner, attribute in PATCH_POINTS
+        if module in sys.modules
+    }
+
+
+def patches_left(before: dict[tuple[str, str, str], object]) -> list[str]:
+    """Patch points that differ from the start of the test, or, for a module first imported during it, whose
+    function is not the library's own."""
+    left = []
+    for point, function in patched_library_code().items():
+        unchanged = before[point] is function if point in before else function.__module__ == point[0]
+        if not unchanged:
+            left.append(".".join(point))
+    return left
+
+
 @pytest.fixture(autouse=True)
 def leaves_the_process_as_it_found_it() -> Iterator[None]:
-    """Fails a test that changes os.environ without restoring it, or leaves a non-daemon thread running.
+    """Fails a test that changes os.environ without restoring it, leaves a non-daemon thread running, or
+    leaves library code patched.
 
     Autouse and function-scoped, so it is set up after session and module fixtures and torn down after
     the test's own fixtures: what those wider fixtures hold is theirs to put back when they end (the
@@ -52,6 +82,7 @@ def leaves_the_process_as_it_found_it() -> Iterator[None]:
     """
     environment = dict(os.environ)
     threads = set(threading.enumerate())
+    library = patched_library_code()
     yield
     changed = environment_changes(environment, dict(os.environ))
     # Put it back first, so one leak is reported once and not again by every later test in this process.
@@ -63,6 +94,8 @@ def leaves_the_process_as_it_found_it() -> Iterator[None]:
     left = lingering_threads(threads, THREAD_EXIT_SECONDS)
     assert not changed, f"the test changed these environment variables and did not restore them: {changed}"
     assert not left, f"the test left these non-daemon threads running: {left}"
+    patched = patches_left(library)
+    assert not patched, f"the test left this library code patched: {patched}"
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -23,7 +23,7 @@ from tollgate.clock import FakeClock, SystemClock, new_id
 from tollgate.jobs.execution import run_attempt
 from tollgate.jobs.retry import RetryPolicy
 from tollgate.local.client import ApiClient
-from tollgate.local.stepfunctions import create_dispatcher
+from tollgate.local.stepfunctions import create_dispatcher, release_dispatcher
 from tollgate.metrics import RecordedMetrics
 from tollgate.outbox import RelayDeps, relay_outbox
 from tollgate.scheduling import SchedulerDeps, run_scheduler
@@ -127,7 +127,9 @@ class Dispatcher:
 
 @pytest.fixture
 def dispatcher(system_db, local_aws):
-    return Dispatcher(system_db)
+    dispatcher = Dispatcher(system_db)
+    yield dispatcher
+    release_dispatcher(dispatcher.arn)
 
 
 @pytest.fixture

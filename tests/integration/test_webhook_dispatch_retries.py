@@ -12,7 +12,7 @@ import boto3
 import psycopg
 import pytest
 
-from tollgate.local.stepfunctions import create_dispatcher
+from tollgate.local.stepfunctions import create_dispatcher, release_dispatcher
 
 pytestmark = pytest.mark.integration
 
@@ -31,13 +31,15 @@ def test_an_attempt_that_raised_is_tried_again_by_the_state_machine(local_aws):
 
     arn = create_dispatcher(attempt, suffix=f"-{secrets.token_hex(4)}")
     delivery_id = str(uuid4())
-    boto3.client("stepfunctions").start_execution(
-        stateMachineArn=arn, name=delivery_id, input=json.dumps({"delivery_id": delivery_id})
-    )
-
-    with changed:
-        # Bounds moto's state machine on a loaded machine; it runs out only when the retry never comes.
-        retried = changed.wait_for(lambda: len(calls) >= 2, timeout=120)
+    try:
+        boto3.client("stepfunctions").start_execution(
+            stateMachineArn=arn, name=delivery_id, input=json.dumps({"delivery_id": delivery_id})
+        )
+        with changed:
+            # Bounds moto's state machine on a loaded machine; it runs out only when the retry never comes.
+            retried = changed.wait_for(lambda: len(calls) >= 2, timeout=120)
+    finally:
+        release_dispatcher(arn)
 
     assert retried, "the execution ended with the attempt's error instead of trying again"
     assert calls == [{"delivery_id": delivery_id}] * 2

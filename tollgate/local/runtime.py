@@ -31,7 +31,7 @@ from tollgate.local.gateway import LocalGateway
 from tollgate.local.logs import as_component
 from tollgate.local.loops import Loop
 from tollgate.local.postgres import server_url
-from tollgate.local.stepfunctions import create_dispatcher
+from tollgate.local.stepfunctions import create_dispatcher, release_dispatcher
 from tollgate.local.workers import WorkerThread
 from tollgate.metrics import RecordedMetrics
 from tollgate.nudge import EventNudger
@@ -248,7 +248,9 @@ class LocalStack:
             self.notify_activity()
             return outcome
 
-        return create_dispatcher(attempt, suffix=f"-{secrets.token_hex(3)}")
+        arn = create_dispatcher(attempt, suffix=f"-{secrets.token_hex(3)}")
+        self._closers.append(partial(release_dispatcher, arn))
+        return arn
 
     def _start_workers(self, url: SecretStr, queue_url: str, relay_wake: EventNudger) -> None:
         # One provider budget for both workers, in DynamoDB on moto, as the deployed workers share one.

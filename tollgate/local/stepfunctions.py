@@ -25,18 +25,22 @@ DISPATCHER = "tollgate-webhook-dispatcher"
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 _handlers: dict[str, Handler] = {}
 _installed = threading.Lock()
-_patched = False
+# What the patch replaced, while it is in place: moto's own invoke and its executor setting.
+_undo: list[Callable[[], None]] = []
 
 
 def _install() -> None:
-    global _patched  # noqa: PLW0603 - one patch per process, whatever number of local stacks
+    """Patches moto once per process while any dispatcher is registered (``release_dispatcher`` undoes
+    it when the last one goes, so nothing of a stopped local system stays in moto)."""
     with _installed:
-        if _patched:
+        if _undo:
             return
         from moto.awslambda.models import LambdaFunction
         from moto.core.config import default_user_config
 
-        default_user_config["stepfunctions"]["execute_state_machine"] = True
+        setting = default_user_config["stepfunctions"]
+        executes = setting["execute_state_machine"]
+        setting["execute_state_machine"] = True
         original = LambdaFunction._invoke_lambda
 
         def invoke(self: Any, event: Any = None) -> tuple[str, bool, str]:
@@ -50,7 +54,22 @@ def _install() -> None:
                 return json.dumps({"errorType": type(error).__name__, "errorMessage": str(error)}), True, ""
 
         LambdaFunction._invoke_lambda = invoke  # type: ignore[method-assign]
-        _patched = True
+
+        def undo() -> None:
+            LambdaFunction._invoke_lambda = original  # type: ignore[method-assign]
+            setting["execute_state_machine"] = executes
+
+        _undo.append(undo)
+
+
+def release_dispatcher(state_machine_arn: str) -> None:
+    """Forgets the attempt handler of a dispatcher made by ``create_dispatcher``; the last one out takes the
+    patch out of moto. The state machine itself stays in moto, whose state dies with its server."""
+    suffix = state_machine_arn.rsplit(":", 1)[-1].removeprefix(DISPATCHER)
+    with _installed:
+        _handlers.pop(f"{ATTEMPT_FUNCTION}{suffix}", None)
+        if not _handlers and _undo:
+            _undo.pop()()
 
 
 def _placeholder_zip() -> bytes:
