@@ -49,7 +49,7 @@ from tollgate.auth import ApiKeyResolver, create_tenant
 from tollgate.authorizer import authorize_request
 from tollgate.clock import SystemClock, new_id
 from tollgate.db import Queries, load_queries
-from tollgate.events import EXTRACTION_REQUESTED
+from tollgate.events import ExtractionRequested, outbox_row
 from tollgate.local.aws import FAKE_AWS_ENV
 from tollgate.local.client import ApiClient
 from tollgate.local.gateway import API_ID, STAGE, build_event
@@ -371,16 +371,11 @@ class Baseline:
                         "deadline_at": deadline,
                         "trace_context": None,
                     },
-                    {
-                        "event_id": new_id(),
-                        "tenant_id": self.tenant_id,
-                        "aggregate_id": job_id,
-                        "event_type": EXTRACTION_REQUESTED,
-                        "payload": Jsonb(
-                            {"job_id": str(job_id), "tenant_id": str(self.tenant_id), "state_version": 1}
-                        ),
-                        "trace_context": None,
-                    },
+                    outbox_row(
+                        ExtractionRequested(job_id=job_id, tenant_id=self.tenant_id, state_version=1),
+                        event_id=new_id(),
+                        trace_context=None,
+                    ),
                 )
             )
         return prepared

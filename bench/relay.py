@@ -78,7 +78,6 @@ from uuid import UUID
 import boto3
 import psutil
 import psycopg
-from psycopg.types.json import Jsonb
 from pydantic import SecretStr
 from rich.console import Console
 from rich.table import Table
@@ -99,7 +98,7 @@ from tollgate.clock import new_id
 from tollgate.db import Database, build_database, load_queries
 from tollgate.db.database import Conn
 from tollgate.db.migrations import apply_migrations
-from tollgate.events import EXTRACTION_REQUESTED
+from tollgate.events import EXTRACTION_REQUESTED, ExtractionRequested, outbox_row
 from tollgate.local.aws import FAKE_AWS_ENV, create_jobs_queues
 from tollgate.local.loops import Loop
 from tollgate.nudge import EventNudger
@@ -370,17 +369,10 @@ def make_tenants(db_url: str, count: int) -> list[UUID]:
         system.close()
 
 
-def outbox_row(tenant_id: UUID) -> dict[str, Any]:
-    """insert_outbox_event's parameters, with the payload accept_job writes for a new job."""
-    job_id = new_id()
-    return {
-        "event_id": new_id(),
-        "tenant_id": tenant_id,
-        "aggregate_id": job_id,
-        "event_type": EXTRACTION_REQUESTED,
-        "payload": Jsonb({"job_id": str(job_id), "tenant_id": str(tenant_id), "state_version": 1}),
-        "trace_context": None,
-    }
+def requested_row(tenant_id: UUID) -> dict[str, Any]:
+    """insert_outbox_event's parameters for a new job's event, built as accept_job builds them."""
+    requested = ExtractionRequested(job_id=new_id(), tenant_id=tenant_id, state_version=1)
+    return outbox_row(requested, event_id=new_id(), trace_context=None)
 
 
 @dataclass
@@ -399,7 +391,7 @@ class Environment:
 
     def preload(self, count: int) -> set[str]:
         """``count`` unpublished events spread round-robin over the tenants; returns their ids."""
-        rows = [outbox_row(self.tenants[n % len(self.tenants)]) for n in range(count)]
+        rows = [requested_row(self.tenants[n % len(self.tenants)]) for n in range(count)]
         with self.owner.cursor() as cursor:
             for start in range(0, count, PRELOAD_ROWS_PER_TRANSACTION):
                 with self.owner.transaction():
@@ -410,7 +402,7 @@ class Environment:
 
     def commit_one(self) -> tuple[str, int]:
         """One event in a transaction of its own; returns its id and when the commit came back."""
-        row = outbox_row(self.tenants[secrets.randbelow(len(self.tenants))])
+        row = requested_row(self.tenants[secrets.randbelow(len(self.tenants))])
         with self.owner.transaction():
             self.owner.execute(self.q.insert_outbox_event, row)
         return str(row["event_id"]), time.perf_counter_ns()
@@ -434,7 +426,7 @@ class Environment:
         now = datetime.now(UTC)
         events = [
             OutboxEvent.model_validate({**row, "payload": row["payload"].obj, "created_at": now})
-            for row in (outbox_row(self.tenants[n % len(self.tenants)]) for n in range(count))
+            for row in (requested_row(self.tenants[n % len(self.tenants)]) for n in range(count))
         ]
         for start in range(0, count, per_request):
             publisher.publish(events[start : start + per_request])

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import socket
+from datetime import UTC, datetime
+from functools import cache
 from typing import Any
+from uuid import uuid4
 
 import psycopg
+from jsonschema import Draft202012Validator
+
+from tollgate.events import EventPayload
+from tollgate.outbox import OutboxEvent
+from tollgate.settings import REPO_ROOT
+
+EVENT_SCHEMAS = REPO_ROOT / "events" / "schemas"
 
 
 def invoice_request(
@@ -72,3 +83,31 @@ class Trap:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def outbox_event(payload: EventPayload, *, created_at: datetime | None = None) -> OutboxEvent:
+    """An event as the relay hands it on, built through the events module as every producer builds one."""
+    return OutboxEvent(
+        event_id=uuid4(),
+        event_type=payload.event_type,
+        tenant_id=payload.tenant_id,
+        aggregate_id=payload.job_id,
+        payload=payload.model_dump(mode="json"),
+        created_at=created_at or datetime.now(UTC),
+    )
+
+
+@cache
+def _webhook_validator(event_type: str) -> Draft202012Validator:
+    schema = json.loads((EVENT_SCHEMAS / f"{event_type}.webhook.json").read_text(encoding="utf-8"))
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+
+
+def valid_webhook(body: bytes | str) -> dict[str, Any]:
+    """A received webhook body, checked against the committed JSON Schema of its type (the file tenants
+    read, not the model that wrote it); returns it parsed."""
+    document: dict[str, Any] = json.loads(body)
+    errors = sorted(_webhook_validator(document["type"]).iter_errors(document), key=str)
+    assert not errors, f"webhook body breaks its schema: {[e.message for e in errors]}\n{document}"
+    return document

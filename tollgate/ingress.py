@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from tollgate.clock import Clock
 from tollgate.db import Database
+from tollgate.events import UnknownEventType
 from tollgate.faults import BEFORE_SQS_DELETE, crashpoint
 from tollgate.observability import log_context, trace_keys
 from tollgate.outbox import OutboxEvent
@@ -61,8 +62,8 @@ class PoisonMessage(ValueError):
 def record_event(db: Database, clock: Clock, body: str, message_id: str) -> IngressOutcome:
     try:
         event = OutboxEvent.model_validate_json(body)
-        job_id = event.payload["job_id"]
-    except (ValidationError, KeyError) as error:
+        job_id = event.data().job_id
+    except (ValidationError, UnknownEventType) as error:
         raise PoisonMessage(f"message {message_id} is not an extraction event: {error}") from None
     digest = hashlib.sha256(body.encode()).hexdigest()
     now = clock.now()

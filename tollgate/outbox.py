@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from tollgate.clock import Clock
 from tollgate.db import Database
+from tollgate.events import EventPayload, parse_payload
 from tollgate.faults import RELAY_AFTER_PUBLISH, crashpoint
 
 if TYPE_CHECKING:
@@ -28,7 +29,8 @@ SQS_BATCH_LIMIT = 10
 
 
 class OutboxEvent(BaseModel):
-    """An event as it leaves the outbox; the SQS message body is exactly this, as JSON."""
+    """An event as it leaves the outbox; the SQS message body is exactly this, as JSON. The payload is kept
+    as stored (its bytes are what ingress digests); ``data()`` is its typed form."""
 
     event_id: UUID
     event_type: str
@@ -40,6 +42,10 @@ class OutboxEvent(BaseModel):
 
     def body(self) -> str:
         return self.model_dump_json()
+
+    def data(self) -> EventPayload:
+        """The payload, parsed by its event type's model; ValidationError or UnknownEventType otherwise."""
+        return parse_payload(self.event_type, self.payload)
 
     def body_sha256(self) -> str:
         return hashlib.sha256(self.body().encode()).hexdigest()

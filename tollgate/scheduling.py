@@ -18,7 +18,7 @@ from psycopg.types.json import Jsonb
 from tollgate.clock import Clock, IdFactory
 from tollgate.db import Database
 from tollgate.db.database import Conn
-from tollgate.events import EXTRACTION_FAILED
+from tollgate.events import ExtractionFailed, outbox_row
 from tollgate.jobs.retry import Jitter, RetryPolicy, next_attempt_at
 from tollgate.metrics import DELIVERIES_RESTARTED, MetricsSink
 from tollgate.webhooks.deliveries import DeliveryStarter, execution_name
@@ -70,25 +70,15 @@ def _fail(conn: Conn, deps: SchedulerDeps, *, job_id: UUID, fence: int, now: dat
     ).fetchone()
     if failed is None:
         return False
-    conn.execute(
-        q.insert_outbox_event,
-        {
-            "event_id": deps.new_id(),
-            "tenant_id": failed["tenant_id"],
-            "aggregate_id": job_id,
-            "event_type": EXTRACTION_FAILED,
-            "payload": Jsonb(
-                {
-                    "job_id": str(job_id),
-                    "tenant_id": str(failed["tenant_id"]),
-                    "state": "FAILED_TERMINAL",
-                    "state_version": failed["state_version"],
-                    "reason": reason,
-                }
-            ),
-            "trace_context": None,
-        },
+    # The same event the worker writes when it ends a job: one model, so tenants get one shape of it.
+    event = ExtractionFailed(
+        job_id=job_id,
+        tenant_id=failed["tenant_id"],
+        state_version=failed["state_version"],
+        attempt=failed["attempt"],
+        reason=reason,
     )
+    conn.execute(q.insert_outbox_event, outbox_row(event, event_id=deps.new_id(), trace_context=None))
     return True
 
 

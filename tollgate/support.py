@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 from tollgate.clock import Clock, IdFactory
 from tollgate.db import Database
 from tollgate.errors import InvalidRequest, InvalidState, NotFound, TollgateError
-from tollgate.events import EXTRACTION_REQUESTED
+from tollgate.events import ExtractionRequested, UnknownEventType, outbox_row
 from tollgate.jobs.states import JobState
 from tollgate.outbox import OutboxEvent
 from tollgate.suppliers import find_tenant
@@ -93,10 +93,11 @@ class DeadLetter:
 
     @property
     def job_id(self) -> UUID | None:
-        raw = self.event.payload.get("job_id") if self.event else None
+        if self.event is None:
+            return None
         try:
-            return UUID(str(raw)) if raw else None
-        except ValueError:
+            return self.event.data().job_id
+        except (ValidationError, UnknownEventType):
             return None
 
 
@@ -300,22 +301,11 @@ def retry_job(deps: SupportDeps, job_id: UUID, reason: str) -> int:
         ).fetchone()
         if reset is None:
             raise InvalidState(f"the job is {job['state']}; only FAILED_TERMINAL jobs can be retried")
+        requested = ExtractionRequested(
+            job_id=job_id, tenant_id=reset["tenant_id"], state_version=reset["state_version"]
+        )
         conn.execute(
-            deps.db.q.insert_outbox_event,
-            {
-                "event_id": deps.new_id(),
-                "tenant_id": reset["tenant_id"],
-                "aggregate_id": job_id,
-                "event_type": EXTRACTION_REQUESTED,
-                "payload": Jsonb(
-                    {
-                        "job_id": str(job_id),
-                        "tenant_id": str(reset["tenant_id"]),
-                        "state_version": reset["state_version"],
-                    }
-                ),
-                "trace_context": None,
-            },
+            deps.db.q.insert_outbox_event, outbox_row(requested, event_id=deps.new_id(), trace_context=None)
         )
         details = {
             "previous": json.loads(json.dumps(job["last_error"] or {})),

@@ -15,7 +15,7 @@ from tollgate.auth import ApiKeyResolver
 from tollgate.clock import SystemClock, new_id
 from tollgate.db import Database, build_database
 from tollgate.documents import S3DocumentStore
-from tollgate.events import EXTRACTION_REQUESTED
+from tollgate.events import EXTRACTION_REQUESTED, WEBHOOK_EVENT_TYPES
 from tollgate.ingress import IngressDeps
 from tollgate.jobs.execution import ExecutionDeps, ModelRouter
 from tollgate.jobs.retry import RetryPolicy
@@ -46,7 +46,7 @@ from tollgate.webhooks.deliveries import (
     StepFunctionsStarter,
     WebhookDispatcher,
 )
-from tollgate.webhooks.endpoints import WEBHOOK_EVENT_TYPES, EndpointDeps
+from tollgate.webhooks.endpoints import EndpointDeps
 from tollgate.webhooks.sender import SenderLimits, WebhookSender
 from tollgate.webhooks.signing import new_secret
 from tollgate.worker import WorkerConfig

@@ -16,14 +16,13 @@ import boto3
 import psycopg
 import pytest
 
-from tests.support import invoice_request
+from tests.support import invoice_request, outbox_event
 from tollgate.auth import create_tenant
-from tollgate.clock import SystemClock, new_id
-from tollgate.events import EXTRACTION_COMPLETED
+from tollgate.clock import new_id
+from tollgate.events import ExtractionCompleted
 from tollgate.local.aws import LocalAws
 from tollgate.local.client import ApiClient
 from tollgate.local.runtime import LocalStack
-from tollgate.outbox import OutboxEvent
 from tollgate.webhooks.deliveries import WebhookDispatcher, delivery_id_for
 
 pytestmark = pytest.mark.e2e
@@ -110,13 +109,8 @@ def open_account(stack: LocalStack) -> Account:
         ).json["endpoint_id"]
         for n in range(2)
     ]
-    completed = OutboxEvent(
-        event_id=new_id(),
-        event_type=EXTRACTION_COMPLETED,
-        tenant_id=tenant.tenant_id,
-        aggregate_id=UUID(succeeded),
-        payload={"job_id": succeeded, "state": "SUCCEEDED"},
-        created_at=SystemClock().now(),
+    completed = outbox_event(
+        ExtractionCompleted(job_id=UUID(succeeded), tenant_id=tenant.tenant_id, state_version=3, attempt=1)
     )
     WebhookDispatcher(stack.system_db, NoExecutions()).publish([completed])
     deliveries = [delivery_id_for(completed.event_id, UUID(e)) for e in endpoint_ids]

@@ -14,6 +14,7 @@ import pytest
 from tests.support import invoice_request, job_row
 from tollgate.clock import FakeClock, SystemClock, new_id
 from tollgate.documents import S3DocumentStore
+from tollgate.events import ExtractionFailed
 from tollgate.extraction.schema import Invoice
 from tollgate.jobs.execution import AttemptEnd, ExecutionDeps, ModelRouter, run_attempt
 from tollgate.jobs.leasing import claim_next_job
@@ -344,9 +345,17 @@ def test_a_refusal_ends_the_job_without_retrying(supplier_tenant, system_db, cle
 
     assert asyncio.run(run_attempt(deps, claim(deps))).end is AttemptEnd.FAILED_TERMINAL
     assert job_row(clean_db, job_id)["last_error"]["reason"] == "refused"
-    assert rows(clean_db, "SELECT event_type FROM outbox_events ORDER BY created_at")[-1] == (
-        "extraction.failed.v1",
-    )
+    event_type, payload = rows(clean_db, "SELECT event_type, payload FROM outbox_events ORDER BY created_at")[
+        -1
+    ]
+    assert event_type == "extraction.failed.v1"
+    # The scheduler's failed event is held to the same fields (tests/integration/test_scheduler.py).
+    assert set(payload) == set(ExtractionFailed.model_fields)
+    assert ExtractionFailed.parse(payload).model_dump(include={"attempt", "reason", "review_reasons"}) == {
+        "attempt": 1,
+        "reason": "refused",
+        "review_reasons": [],
+    }
 
 
 def test_the_deadline_stops_a_doomed_retry(supplier_tenant, system_db, clean_db):

@@ -33,7 +33,7 @@ from tollgate.chaos.ledger import (
     read_queues,
 )
 from tollgate.clock import SystemClock, new_id
-from tollgate.events import EXTRACTION_REQUESTED
+from tollgate.events import EXTRACTION_REQUESTED, WEBHOOK_EVENT_TYPES
 from tollgate.ingress import IngressDeps, ingest_once
 from tollgate.jobs.execution import run_attempt
 from tollgate.llm.client import LlmResult, OutcomeClass
@@ -43,7 +43,6 @@ from tollgate.outbox import RelayDeps, SqsFifoPublisher, relay_outbox
 from tollgate.suppliers import add_supplier
 from tollgate.webhooks.attempts import AttemptDeps, attempt_delivery
 from tollgate.webhooks.deliveries import WebhookDispatcher
-from tollgate.webhooks.endpoints import WEBHOOK_EVENT_TYPES
 from tollgate.webhooks.sender import WebhookSender
 from tollgate.webhooks.signing import sign
 

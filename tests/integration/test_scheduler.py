@@ -10,6 +10,7 @@ import pytest
 
 from tests.support import invoice_request, job_row, lease_job
 from tollgate.clock import FakeClock, SystemClock, new_id
+from tollgate.events import ExtractionFailed
 from tollgate.jobs.retry import RetryPolicy
 from tollgate.metrics import RecordedMetrics
 from tollgate.scheduling import SchedulerDeps, run_scheduler
@@ -93,6 +94,33 @@ def test_an_expired_lease_with_no_attempts_left_fails_terminally_with_an_event(
     assert (job["state"], job["last_error"]["reason"]) == ("FAILED_TERMINAL", "attempts_exhausted")
     assert job["finished_at"] is not None and job["lease_until"] is None
     assert failed_events(clean_db) == [(job_id, "attempts_exhausted")]
+
+
+def failed_payloads(url):
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT payload FROM outbox_events WHERE event_type = 'extraction.failed.v1'")
+        return [row[0] for row in rows.fetchall()]
+
+
+def test_the_schedulers_failed_event_has_the_workers_shape(tenant, system_db, clock, clean_db):
+    """Tenants once got two shapes of extraction.failed.v1: the scheduler's had no attempt, no review_reasons."""
+    reaped = submit(tenant, text="reaped")
+    lease_job(clean_db, reaped, attempt=5, lease_until=clock.now())
+    never_ran = submit(tenant, text="never ran", deadline_seconds=60)
+    clock.advance(61)
+
+    run_scheduler(scheduler(system_db, clock))
+
+    by_job = {payload["job_id"]: payload for payload in failed_payloads(clean_db)}
+    worker_fields = set(ExtractionFailed.model_fields)  # what the worker's event carries: the same model
+    assert {job: set(payload) for job, payload in by_job.items()} == {
+        reaped: worker_fields,
+        never_ran: worker_fields,
+    }
+    assert ExtractionFailed.parse(by_job[reaped]).attempt == 5
+    assert ExtractionFailed.parse(by_job[never_ran]).attempt == 0
+    assert by_job[reaped]["review_reasons"] == by_job[never_ran]["review_reasons"] == []
+    assert by_job[reaped]["state_version"] == job_row(clean_db, reaped)["state_version"]
 
 
 def test_an_expired_lease_whose_retry_could_not_finish_by_the_deadline_fails(

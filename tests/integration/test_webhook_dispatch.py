@@ -20,6 +20,7 @@ import pytest
 from tests.integration.test_execution import TEXT, ScriptedLlm, claim, make_deps, ok
 from tests.support import invoice_request
 from tollgate.clock import FakeClock, SystemClock, new_id
+from tollgate.events import WEBHOOK_EVENT_TYPES
 from tollgate.jobs.execution import run_attempt
 from tollgate.jobs.retry import RetryPolicy
 from tollgate.local.client import ApiClient
@@ -35,7 +36,6 @@ from tollgate.webhooks.deliveries import (
     WebhookDispatcher,
     replay_delivery,
 )
-from tollgate.webhooks.endpoints import WEBHOOK_EVENT_TYPES
 from tollgate.webhooks.receiver import WebhookReceiver
 from tollgate.webhooks.sender import WebhookSender
 

@@ -6,8 +6,9 @@ from uuid import UUID
 
 import pytest
 
+from tests.support import outbox_event
 from tollgate.clock import SystemClock, new_id
-from tollgate.events import EXTRACTION_COMPLETED, EXTRACTION_FAILED
+from tollgate.events import EXTRACTION_FAILED, ExtractionCompleted
 from tollgate.local.client import ApiClient
 from tollgate.outbox import OutboxEvent
 from tollgate.webhooks.deliveries import WebhookDispatcher, delivery_id_for
@@ -162,15 +163,8 @@ def test_replay_without_a_dispatcher_is_a_clear_503(client):
     assert response.json["type"].endswith("/deliveries-unavailable")
 
 
-def event(tenant_id, event_type=EXTRACTION_COMPLETED) -> OutboxEvent:
-    return OutboxEvent(
-        event_id=new_id(),
-        event_type=event_type,
-        tenant_id=tenant_id,
-        aggregate_id=new_id(),
-        payload={"job_id": "x", "state": "SUCCEEDED"},
-        created_at=SystemClock().now(),
-    )
+def event(tenant_id) -> OutboxEvent:
+    return outbox_event(ExtractionCompleted(job_id=new_id(), tenant_id=tenant_id, state_version=3, attempt=1))
 
 
 def test_fan_out_creates_one_delivery_per_subscribed_endpoint_and_republishing_adds_none(

@@ -49,7 +49,7 @@ from tollgate.errors import (
     Unauthorized,
     ValidationFailed,
 )
-from tollgate.events import EXTRACTION_REQUESTED
+from tollgate.events import ExtractionRequested, outbox_row
 from tollgate.jobs.states import JobState
 from tollgate.nudge import NoNudge, Nudger
 from tollgate.settings import ApiSettings
@@ -161,14 +161,11 @@ def accept_job(
         )
         conn.execute(
             q.insert_outbox_event,
-            {
-                "event_id": deps.new_id(),
-                "tenant_id": tenant_id,
-                "aggregate_id": job_id,
-                "event_type": EXTRACTION_REQUESTED,
-                "payload": Jsonb({"job_id": str(job_id), "tenant_id": str(tenant_id), "state_version": 1}),
-                "trace_context": trace_context,
-            },
+            outbox_row(
+                ExtractionRequested(job_id=job_id, tenant_id=tenant_id, state_version=1),
+                event_id=deps.new_id(),
+                trace_context=trace_context,
+            ),
         )
         row = conn.execute(q.get_job, {"tenant_id": tenant_id, "job_id": job_id}).fetchone()
     assert row is not None

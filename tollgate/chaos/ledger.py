@@ -20,11 +20,10 @@ from pydantic import ValidationError
 
 from tollgate.chaos.erp import ErpEffect
 from tollgate.db import Database
-from tollgate.events import EXTRACTION_REQUESTED
+from tollgate.events import EXTRACTION_REQUESTED, WEBHOOK_EVENT_TYPES, UnknownEventType
 from tollgate.jobs.execution import EVENT_FOR_STATE
 from tollgate.jobs.states import TERMINAL_STATES, JobState
 from tollgate.outbox import OutboxEvent
-from tollgate.webhooks.endpoints import WEBHOOK_EVENT_TYPES
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -178,8 +177,8 @@ def _dead_letter(message_id: str, body: str) -> DeadLetterFact:
     except ValidationError:
         return DeadLetterFact(message_id, None, None)
     try:
-        job_id = UUID(str(event.payload.get("job_id")))
-    except ValueError:
+        job_id = event.data().job_id
+    except (ValidationError, UnknownEventType):
         return DeadLetterFact(message_id, event.event_id, None)
     return DeadLetterFact(message_id, event.event_id, job_id)
 

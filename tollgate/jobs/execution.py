@@ -30,7 +30,13 @@ from tollgate.db import Database
 from tollgate.db.database import Conn
 from tollgate.documents import DocumentStore, DocumentStoreUnreachable, pages_from_canonical
 from tollgate.errors import DocumentUnavailable
-from tollgate.events import EXTRACTION_COMPLETED, EXTRACTION_FAILED, EXTRACTION_REVIEW_REQUIRED
+from tollgate.events import (
+    ExtractionCompleted,
+    ExtractionFailed,
+    ExtractionReviewRequired,
+    JobOutcome,
+    outbox_row,
+)
 from tollgate.extraction.schema import Invoice
 from tollgate.extraction.validation import (
     KnownSupplier,
@@ -482,11 +488,12 @@ def _insert_result(
     )
 
 
-EVENT_FOR_STATE = {
-    JobState.SUCCEEDED: EXTRACTION_COMPLETED,
-    JobState.REVIEW_REQUIRED: EXTRACTION_REVIEW_REQUIRED,
-    JobState.FAILED_TERMINAL: EXTRACTION_FAILED,
+OUTCOME_EVENTS: dict[JobState, type[JobOutcome]] = {
+    JobState.SUCCEEDED: ExtractionCompleted,
+    JobState.REVIEW_REQUIRED: ExtractionReviewRequired,
+    JobState.FAILED_TERMINAL: ExtractionFailed,
 }
+EVENT_FOR_STATE = {state: model.event_type for state, model in OUTCOME_EVENTS.items()}
 
 
 def _insert_event(
@@ -500,27 +507,19 @@ def _insert_event(
     error: dict[str, Any] | None,
 ) -> None:
     """A terminal state gets its outbox event (webhooks); a retry does not."""
-    event_type = EVENT_FOR_STATE.get(state)
-    if event_type is None:
+    model = OUTCOME_EVENTS.get(state)
+    if model is None:
         return
+    event = model(
+        job_id=job.job_id,
+        tenant_id=job.tenant_id,
+        state=state.value,
+        state_version=finished["state_version"],
+        attempt=job.attempt,
+        review_reasons=[r["code"] for r in reasons],
+        reason=(error or {}).get("reason"),
+    )
     conn.execute(
         deps.db.q.insert_outbox_event,
-        {
-            "event_id": deps.new_id(),
-            "tenant_id": job.tenant_id,
-            "aggregate_id": job.job_id,
-            "event_type": event_type,
-            "payload": Jsonb(
-                {
-                    "job_id": str(job.job_id),
-                    "tenant_id": str(job.tenant_id),
-                    "state": state.value,
-                    "state_version": finished["state_version"],
-                    "attempt": job.attempt,
-                    "review_reasons": [r["code"] for r in reasons],
-                    "reason": (error or {}).get("reason"),
-                }
-            ),
-            "trace_context": finished["trace_context"],
-        },
+        outbox_row(event, event_id=deps.new_id(), trace_context=finished["trace_context"]),
     )

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from tollgate.clock import Clock
 from tollgate.db import Database
 from tollgate.errors import NotFound
+from tollgate.events import webhook_body
 from tollgate.outbox import OutboxEvent
 
 if TYPE_CHECKING:
@@ -45,16 +46,9 @@ def execution_name(delivery_id: UUID, replays: int, restarts: int = 0) -> str:
 
 
 def render_body(event: OutboxEvent) -> str:
-    """The exact body tenants receive, built once and stored: every attempt sends the same bytes."""
-    data = dict(event.payload)
-    job_id = data.get("job_id")
-    if job_id:
-        data["links"] = {"job": f"/extraction-jobs/{job_id}", "result": f"/extraction-jobs/{job_id}/result"}
-    return json.dumps(
-        {"type": event.event_type, "timestamp": event.created_at.isoformat(), "data": data},
-        separators=(",", ":"),
-        sort_keys=True,
-    )
+    """The exact body tenants receive, built once and stored: every attempt sends the same bytes. The
+    events module builds it from the payload's model, so it is what the committed webhook schema says."""
+    return webhook_body(event.event_type, event.payload, event.created_at)
 
 
 class DeliveryStarter(Protocol):

@@ -18,9 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 from tollgate.clock import Clock, IdFactory
 from tollgate.db import Database
 from tollgate.errors import NotFound, ValidationFailed
-from tollgate.events import EXTRACTION_COMPLETED, EXTRACTION_FAILED, EXTRACTION_REVIEW_REQUIRED
+from tollgate.events import WEBHOOK_EVENT_TYPES
 
-WEBHOOK_EVENT_TYPES = (EXTRACTION_COMPLETED, EXTRACTION_REVIEW_REQUIRED, EXTRACTION_FAILED)
 ROTATION_GRACE = timedelta(hours=24)
 
 EventType = Annotated[str, StringConstraints(pattern=r"^extraction\.(completed|review_required|failed)\.v1$")]

@@ -24,7 +24,7 @@ SET state = 'FAILED_TERMINAL', fence = fence + 1, lease_owner = NULL, lease_unti
     next_attempt_at = NULL, state_version = state_version + 1, updated_at = %(now)s,
     finished_at = %(now)s, last_error = %(error)s
 WHERE job_id = %(job_id)s AND state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED') AND fence = %(fence)s
-RETURNING job_id, tenant_id, state_version
+RETURNING job_id, tenant_id, state_version, attempt
 
 -- name: close_open_attempt
 UPDATE job_attempts
