@@ -18,7 +18,7 @@ PYTEST_WORKERS ?= 2
 STAGE ?= dev
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-runtime test lint unit integration infrastructure local demo chaos synth bench openapi docs deploy clean
+.PHONY: help setup setup-runtime test lint unit integration infrastructure local demo chaos synth bench openapi schemas docs deploy clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -74,6 +74,9 @@ bench: setup ## Run the benchmarks; results go to bench/results/, figures to BEN
 
 openapi: setup-runtime ## Regenerate the committed openapi.json from the routes
 	$(VENV)/bin/tollgate openapi --output openapi.json
+
+schemas: setup-runtime ## Regenerate the committed event JSON Schemas in events/schemas/ from the event models
+	$(VENV)/bin/tollgate events schemas --output-dir events/schemas
 
 docs: setup-runtime ## Regenerate README.md's configuration reference from the settings models
 	$(VENV)/bin/tollgate docs

@@ -1,4 +1,5 @@
-"""The ``tollgate`` command: local system, tenants, database migrations and the OpenAPI document."""
+"""The ``tollgate`` command: local system, tenants, database migrations, the OpenAPI document and the event
+schemas."""
 
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ app = typer.Typer(
 local_app = typer.Typer(help="Run the whole system on this machine.", no_args_is_help=True)
 tenants_app = typer.Typer(help="Tenants and their API keys.", no_args_is_help=True)
 db_app = typer.Typer(help="The database schema.", no_args_is_help=True)
+events_app = typer.Typer(help="The events Tollgate publishes and their JSON Schemas.", no_args_is_help=True)
 app.add_typer(local_app, name="local")
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(db_app, name="db")
+app.add_typer(events_app, name="events")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(deliveries_app, name="deliveries")
@@ -184,6 +187,26 @@ def openapi(
         sys.stdout.write(document)
     else:
         output.write_text(document, encoding="utf-8")
+
+
+@events_app.command("schemas")
+def events_schemas(
+    output_dir: Annotated[Path, typer.Option(help="Folder of the schema files.")] = REPO_ROOT
+    / "events"
+    / "schemas",
+    check: Annotated[bool, typer.Option(help="Fail if the folder differs from the export.")] = False,
+) -> None:
+    """Write one JSON Schema file per event payload and per webhook body, from the event models."""
+    from tollgate.events import schema_drift, write_schemas
+
+    if check:
+        drift = schema_drift(output_dir)
+        if drift:
+            console.print(f"event schemas out of date ({', '.join(drift)}): run `make schemas`")
+            raise typer.Exit(1)
+        return
+    for path in write_schemas(output_dir):
+        console.print(f"wrote {path}")
 
 
 @app.command("docs")
