@@ -14,6 +14,7 @@ import boto3
 import psycopg
 import pytest
 
+from tests.support import valid_webhook
 from tollgate.auth import create_tenant
 from tollgate.clock import new_id
 from tollgate.llm.simulator import Fault, Latency, SimulatorConfig
@@ -159,4 +160,5 @@ def test_webhook_dlq_and_redrive_story(stack):
     detail = json.loads(cli(stack, "jobs", "show", stuck, "--output", "json").stdout)
     assert (detail["tenant"], detail["state"]) == ("story", "SUCCEEDED")
     assert [a["reason"] for a in detail["audit"]] == ["database grant restored"]
-    assert json.loads(receiver.accepted[0].body)["data"]["job_id"] == done
+    bodies = [valid_webhook(received.body) for received in receiver.accepted]
+    assert bodies[0]["data"]["job_id"] == done

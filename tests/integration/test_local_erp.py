@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from uuid import uuid4
 
 import pytest
 
+from tests.support import valid_webhook
 from tollgate.clock import SystemClock
+from tollgate.events import EXTRACTION_COMPLETED, ExtractionCompleted, webhook_body
 from tollgate.local.erp import DemoErp
 from tollgate.webhooks.signing import sign
 
@@ -19,6 +22,8 @@ def erp(system_db):
     with_receiver = DemoErp(system_db).start()
     yield with_receiver
     with_receiver.stop()
+    for received in with_receiver.receiver.accepted:
+        valid_webhook(received.body)
 
 
 def post(url: str, headers: dict[str, str], body: bytes) -> tuple[int, dict]:
@@ -32,7 +37,9 @@ def post(url: str, headers: dict[str, str], body: bytes) -> tuple[int, dict]:
 
 
 def deliver(url: str, secret: str | list[str], webhook_id: str) -> tuple[int, dict]:
-    body = json.dumps({"type": "extraction.completed.v1", "data": {}}).encode()
+    # A body as Tollgate sends it: the demo ERP stands in for a tenant that reads the published schema.
+    completed = ExtractionCompleted(job_id=uuid4(), tenant_id=uuid4(), state_version=3, attempt=1)
+    body = webhook_body(EXTRACTION_COMPLETED, completed.model_dump(mode="json"), SystemClock().now()).encode()
     headers = sign(secret, webhook_id, SystemClock().now(), body)
     return post(url, {**headers, "Content-Type": "application/json"}, body)
 

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from tests.integration.test_execution import TEXT, ScriptedLlm, claim, make_deps, ok
-from tests.support import invoice_request
+from tests.support import invoice_request, valid_webhook
 from tollgate.clock import FakeClock, SystemClock, new_id
 from tollgate.events import WEBHOOK_EVENT_TYPES
 from tollgate.jobs.execution import run_attempt
@@ -51,6 +51,7 @@ class FlakyFront:
         self.script = deque(script)
         self.receiver = receiver
         self.seen: list[str] = []
+        self.bodies: list[bytes] = []  # every body sent, answered by the script or by the receiver
         front = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -61,6 +62,7 @@ class FlakyFront:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 front.seen.append(headers.get("webhook-id", ""))
+                front.bodies.append(body)
                 if front.script:
                     status, extra = front.script.popleft()
                     payload = b"{}"
@@ -190,6 +192,11 @@ def cleanup():
             server.__exit__()
         else:
             server.stop()
+    # Every body any test here sent, retries and replays included, is what its committed schema says.
+    for server in servers:
+        bodies = server.bodies if isinstance(server, FlakyFront) else [r.body for r in server.accepted]
+        for body in bodies:
+            valid_webhook(body)
 
 
 def settled(clean_db):
@@ -207,7 +214,7 @@ def test_delivered_the_first_time_and_verified_by_the_receiver(
     assert (state, count) == ("DELIVERED", 1)
     [received] = receiver.accepted
     assert received.webhook_id == str(delivery_id)
-    assert json.loads(received.body)["type"] in WEBHOOK_EVENT_TYPES
+    assert valid_webhook(received.body)["type"] in WEBHOOK_EVENT_TYPES
     # The webhook continues the trace the API request started, one hop further (a span of its own).
     with psycopg.connect(clean_db) as conn:
         (job_trace,) = conn.execute("SELECT trace_context FROM extraction_jobs").fetchone()
@@ -299,6 +306,7 @@ def test_a_replay_resends_with_the_same_webhook_id_and_the_receiver_deduplicates
     )
     assert front.seen == [str(delivery_id), str(delivery_id)]
     assert len(receiver.accepted) == 1 and receiver.duplicates == 1
+    assert len(front.bodies) == 2 and front.bodies[0] == front.bodies[1], "a replay sends the same bytes"
 
 
 def test_the_scheduler_restarts_a_delivery_no_execution_drives_and_leaves_live_ones_alone(
@@ -339,6 +347,7 @@ def test_the_scheduler_restarts_a_delivery_no_execution_drives_and_leaves_live_o
     assert delivery(clean_db)[1:] == ("DELIVERED", 1)
     [received] = receiver.accepted
     assert received.webhook_id == str(delivery(clean_db)[0])
+    valid_webhook(received.body)
 
     again, _ = tick(now + timedelta(minutes=32))
     assert again.deliveries_restarted == 0, "a delivered delivery is never restarted"

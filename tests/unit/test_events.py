@@ -302,3 +302,10 @@ def test_the_schema_refuses_the_shape_the_scheduler_used_to_send():
     }
     with pytest.raises(AssertionError, match="breaks its schema"):
         valid_webhook(json.dumps(old))
+
+
+def test_the_readme_names_every_event_and_points_at_the_schemas():
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    assert "(events/schemas/)" in readme and "make schemas" in readme
+    for event_type in PAYLOADS:
+        assert f"`{event_type}`" in readme, event_type
