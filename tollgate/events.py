@@ -223,7 +223,7 @@ def _document(model: type[BaseModel], name: str) -> dict[str, Any]:
     schema = model.model_json_schema(mode="serialization")
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": f"https://tollgate.example/events/schemas/{name}.json",
+        "$id": f"https://tollgate.dev/events/schemas/{name}.json",
         **schema,
     }
 
