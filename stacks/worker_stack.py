@@ -134,6 +134,8 @@ class WorkerStack(cdk.Stack):
                 **self._environment(config, database_proxy, database_secret, jobs_queue),
                 # One provider budget for every task: requests/min, tokens/min and calls in flight.
                 "LIMITER_TABLE": self.limiter_table.table_name,
+                # A deployed worker refuses to start without its budget table or its provider key.
+                "DEPLOYED_STAGE": config.stage,
                 # Nudged after each final outcome so the tenant's webhook leaves at once, not at the sweep.
                 "RELAY_FUNCTION_NAME": relay_function.function_name,
             },

@@ -188,7 +188,8 @@ class LimiterSettings(BaseSettings):
     provider_tokens_per_minute: float = Field(default=200_000, gt=0, description="Budget: tokens per minute.")
     provider_max_in_flight: int = Field(default=50, ge=1, description="Budget: calls in flight at once.")
     limiter_table: str | None = Field(
-        default=None, description="DynamoDB table of the shared budget; unset means a per-process budget."
+        default=None,
+        description="DynamoDB table of the shared budget; unset means a per-process budget (local only).",
     )
     limiter_mode: Literal["budget", "per_worker_aimd", "no_limit"] = Field(
         default="budget",
@@ -237,7 +238,9 @@ class WorkerSettings(SystemDatabaseSettings, RetrySettings, ExtractionSettings, 
         default=30, ge=0, description="Delay before a message that failed is received again."
     )
     openai_api_key: SecretStr | None = Field(
-        default=None, description="OpenAI API key; unset locally means the built-in simulated provider."
+        default=None,
+        description="OpenAI API key; required when deployed. `tollgate local up` without it (and without "
+        "OPENAI_BASE_URL) uses the built-in simulated provider.",
     )
     openai_base_url: str | None = Field(
         default=None, description="Any OpenAI-compatible endpoint instead of OpenAI's own."
@@ -282,6 +285,40 @@ class WorkerSettings(SystemDatabaseSettings, RetrySettings, ExtractionSettings, 
         default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}",
         description="Names this process in leases and attempt records.",
     )
+    deployed_stage: str | None = Field(
+        default=None,
+        description="The stage the worker is deployed in (set by the CDK); then it refuses to start without "
+        "LIMITER_TABLE, a provider key and the `budget` limiter mode. Unset for local runs.",
+    )
+
+    @model_validator(mode="after")
+    def _deployed_promises(self) -> WorkerSettings:
+        # No silent fallback that breaks a promise: a per-process budget lets N workers exceed the provider's
+        # limits N times over, and a missing key would send a placeholder to the provider.
+        if self.deployed_stage is None:
+            if self.openai_api_key is None and self.openai_base_url is None:
+                raise ValueError("set OPENAI_API_KEY (or OPENAI_BASE_URL for a compatible server)")
+            return self
+        missing = [
+            problem
+            for problem, broken in (
+                (
+                    "LIMITER_TABLE is not set (every worker must share one provider budget)",
+                    not self.limiter_table,
+                ),
+                ("OPENAI_API_KEY is not set", self.openai_api_key is None),
+                (
+                    f"LIMITER_MODE is {self.limiter_mode!r}, a benchmark baseline",
+                    self.limiter_mode != "budget",
+                ),
+            )
+            if broken
+        ]
+        if missing:
+            raise ValueError(
+                f"a worker deployed in stage {self.deployed_stage!r} refuses to start: " + "; ".join(missing)
+            )
+        return self
 
 
 class WebhookAttemptSettings(SystemDatabaseSettings):

@@ -147,7 +147,9 @@ def build_execution(
     if llm is None:
         import openai  # the worker's dependency only; the API's cold start does without it
 
-        api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "unset"
+        # Only a compatible server named by OPENAI_BASE_URL may go without a key (settings refuse the rest);
+        # the SDK insists on a string, and such servers ignore it.
+        api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "none"
         client = openai.AsyncOpenAI(api_key=api_key, base_url=settings.openai_base_url, max_retries=0)
         llm = OpenAIExtractor(client, clock)
     return ExecutionDeps(

@@ -132,7 +132,9 @@ def test_structured_settings_render_as_json_the_models_read_back(monkeypatch: py
     rendered = settings_environment(config.worker)["MODEL_PRICES"]
     monkeypatch.setenv("MODEL_PRICES", rendered)
 
-    settings = WorkerSettings(jobs_queue_url="q", documents_bucket="b", database_url="postgresql://x")
+    settings = WorkerSettings(
+        jobs_queue_url="q", documents_bucket="b", database_url="postgresql://x", openai_api_key="k"
+    )
 
     assert settings.model_prices == {"gpt-4.1-mini": (0.5, 2.0)}
 

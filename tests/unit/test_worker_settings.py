@@ -1,0 +1,55 @@
+"""A worker refuses to start where it would silently break a promise: deployed without the shared provider
+budget or a provider key, or anywhere with nothing to call; local runs keep their defaults."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from tollgate.settings import WorkerSettings
+
+REQUIRED = {"jobs_queue_url": "q", "documents_bucket": "b", "database_url": "postgresql://x"}
+DEPLOYED = {"deployed_stage": "prod", "limiter_table": "budget", "openai_api_key": "sk-test", **REQUIRED}
+
+
+def settings(**values: Any) -> WorkerSettings:
+    # Every field the rule reads is given, so the process environment cannot decide the outcome.
+    given = {"deployed_stage": None, "limiter_table": None, "openai_api_key": None, "openai_base_url": None}
+    return WorkerSettings(**{**given, **values})
+
+
+def test_a_deployed_worker_with_its_budget_table_and_key_starts():
+    assert settings(**DEPLOYED).limiter_table == "budget"
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"limiter_table": None}, "LIMITER_TABLE is not set"),
+        ({"openai_api_key": None, "openai_base_url": "http://127.0.0.1:9/v1"}, "OPENAI_API_KEY is not set"),
+        ({"limiter_mode": "no_limit"}, "LIMITER_MODE is 'no_limit'"),
+        ({"limiter_mode": "per_worker_aimd"}, "LIMITER_MODE is 'per_worker_aimd'"),
+    ],
+)
+def test_a_deployed_worker_refuses_to_start_without_what_its_promises_need(change, named):
+    with pytest.raises(ValidationError, match="deployed in stage 'prod' refuses to start") as refused:
+        settings(**{**DEPLOYED, **change})
+    assert named in str(refused.value)
+
+
+def test_every_missing_piece_is_named_at_once():
+    with pytest.raises(ValidationError) as refused:
+        settings(**{**DEPLOYED, "limiter_table": None, "openai_api_key": None})
+    assert "LIMITER_TABLE" in str(refused.value) and "OPENAI_API_KEY" in str(refused.value)
+
+
+def test_a_local_worker_keeps_the_per_process_budget_and_may_call_a_compatible_server_without_a_key():
+    local = settings(**REQUIRED, openai_base_url="http://127.0.0.1:8000/v1")
+    assert local.limiter_table is None and local.openai_api_key is None
+
+
+def test_a_worker_with_no_key_and_no_server_refuses_instead_of_sending_a_placeholder_key():
+    with pytest.raises(ValidationError, match="set OPENAI_API_KEY"):
+        settings(**REQUIRED)
