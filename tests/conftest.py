@@ -14,9 +14,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tollgate.db.migrations import apply_migrations
+from tollgate.local.postgres import create_database, drop_database, with_dbname
 from tollgate.settings import REPO_ROOT
 
 MIGRATIONS = REPO_ROOT / "migrations"
@@ -120,12 +120,6 @@ def pg_server_url() -> Iterator[str]:
     yield server.get_uri()
 
 
-def database_url_for(server_url: str, dbname: str) -> str:
-    params = conninfo_to_dict(server_url)
-    params["dbname"] = dbname
-    return make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
-
-
 @pytest.fixture(scope="session")
 def fresh_database(pg_server_url: str) -> Iterator[object]:
     """Makes empty databases on the server and drops them at the end of the session."""
@@ -133,15 +127,13 @@ def fresh_database(pg_server_url: str) -> Iterator[object]:
 
     def make() -> str:
         name = f"tollgate_test_{os.getpid()}_{secrets.token_hex(4)}"
-        with psycopg.connect(pg_server_url, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+        create_database(pg_server_url, name)
         created.append(name)
-        return database_url_for(pg_server_url, name)
+        return with_dbname(pg_server_url, name)
 
     yield make
-    with psycopg.connect(pg_server_url, autocommit=True) as conn:
-        for name in created:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    for name in created:
+        drop_database(pg_server_url, name)
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ same pause, and the report says that this is what happened.
 
 from __future__ import annotations
 
-import os
 import secrets
 import subprocess
 from collections.abc import Callable
@@ -18,10 +17,9 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tollgate.db.queries import load_queries
-from tollgate.local.postgres import embedded_server
+from tollgate.local.postgres import create_database, drop_database, server_url, with_dbname
 
 
 @dataclass
@@ -36,12 +34,6 @@ class ChaosDatabase:
         return self.server is not None
 
 
-def _with_dbname(url: str, dbname: str) -> str:
-    params = conninfo_to_dict(url)
-    params["dbname"] = dbname
-    return make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
-
-
 def _admin(database: ChaosDatabase, statement: sql.Composed) -> None:
     with psycopg.connect(database.admin_url, autocommit=True) as conn:
         conn.execute(statement)
@@ -49,20 +41,14 @@ def _admin(database: ChaosDatabase, statement: sql.Composed) -> None:
 
 def create_chaos_database(data_dir: Path, seed: int) -> ChaosDatabase:
     """A fresh database for one run, on DATABASE_URL's server or on an embedded one in ``data_dir``."""
-    url = os.environ.get("DATABASE_URL")
-    server = None
-    if not url:
-        server = embedded_server(data_dir.resolve() / "pgdata")
-        url = server.get_uri()
+    url, server = server_url(data_dir.resolve() / "pgdata")
     name = f"tollgate_chaos_{seed}_{secrets.token_hex(3)}"
-    database = ChaosDatabase(name, _with_dbname(url, name), url, server)
-    # A database name is an identifier, never a bound parameter; psycopg's sql module quotes it.
-    _admin(database, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return database
+    create_database(url, name)
+    return ChaosDatabase(name, with_dbname(url, name), url, server)
 
 
 def drop_chaos_database(database: ChaosDatabase) -> None:
-    _admin(database, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database.name)))
+    drop_database(database.admin_url, database.name)
 
 
 def close_server(database: ChaosDatabase) -> None:

@@ -48,6 +48,18 @@ def with_dbname(url: str, dbname: str) -> str:
     return make_conninfo(**{key: str(value) for key, value in params.items() if value is not None})
 
 
+def create_database(admin_url: str, name: str) -> None:
+    # A database name is an identifier, never a bound parameter; psycopg's sql module quotes it.
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def drop_database(admin_url: str, name: str) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        # FORCE: a connection the run did not get to close must not keep the database alive.
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
 @dataclass(frozen=True)
 class ScratchDatabase:
     name: str
@@ -66,16 +78,11 @@ def scratch_database(data_dir: Path, prefix: str) -> Iterator[ScratchDatabase]:
     server = "on DATABASE_URL's server" if handle is None else f"in {data_dir}"
     name = f"{prefix}_{secrets.token_hex(4)}"
     try:
-        # A database name is an identifier, never a bound parameter; psycopg's sql module quotes it.
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        create_database(admin_url, name)
         try:
             yield ScratchDatabase(name, with_dbname(admin_url, name), server)
         finally:
-            with psycopg.connect(admin_url, autocommit=True) as conn:
-                # FORCE: a connection the run did not get to close must not keep the database alive.
-                drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-                conn.execute(drop)
+            drop_database(admin_url, name)
     finally:
         if handle is not None:
             handle.cleanup()
