@@ -45,19 +45,19 @@ from rich.table import Table
 
 from bench.machine import command_line, describe_machine, load_average, write_json
 from tollgate.api.app import create_app, handle
-from tollgate.auth import ApiKeyResolver, create_tenant
-from tollgate.authorizer import authorize_request
-from tollgate.clock import SystemClock, new_id
+from tollgate.core.clock import SystemClock, new_id
 from tollgate.db import Queries, load_queries
 from tollgate.events import ExtractionRequested, outbox_row
-from tollgate.local.aws import FAKE_AWS_ENV
-from tollgate.local.client import ApiClient
-from tollgate.local.gateway import API_ID, STAGE, build_event
-from tollgate.local.postgres import embedded_server
-from tollgate.local.runtime import LOCAL_BUCKET, LocalStack
-from tollgate.samples import generate_invoice, request_body
 from tollgate.settings import REPO_ROOT, ApiSettings
+from tollgate.tenants.authorizer import authorize_request
+from tollgate.tenants.keys import ApiKeyResolver, create_tenant
 from tollgate.wiring import build_api
+from tollgate_dev.local.aws import FAKE_AWS_ENV
+from tollgate_dev.local.client import ApiClient
+from tollgate_dev.local.gateway import API_ID, STAGE, build_event
+from tollgate_dev.local.postgres import embedded_server
+from tollgate_dev.local.runtime import LOCAL_BUCKET, LocalStack
+from tollgate_dev.samples import generate_invoice, request_body
 
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_OUTPUT = BENCH_DIR / "results" / "acceptance.json"

@@ -50,20 +50,24 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.machine import command_line, describe_machine, load_average, write_json
-from tollgate.acceptance.models import CreateJobRequest
-from tollgate.acceptance.service import AcceptanceDeps, accept_job
-from tollgate.auth import create_tenant
-from tollgate.clock import new_id
+from tollgate.accept.models import CreateJobRequest
+from tollgate.accept.service import AcceptanceDeps, accept_job
+from tollgate.core.clock import new_id
 from tollgate.db import Database, Queries, build_database, load_queries
 from tollgate.db.migrations import apply_migrations
-from tollgate.limiter.dynamodb import create_limiter_table
-from tollgate.llm.simulator import Latency, SimulatedProvider, SimulatorConfig, SimulatorStats
-from tollgate.local.aws import FAKE_AWS_ENV, create_documents_bucket, create_jobs_queues
-from tollgate.local.postgres import embedded_server
-from tollgate.samples import CONSISTENT_KINDS, SUPPLIERS, generate_invoices, request_body
 from tollgate.settings import REPO_ROOT, ApiSettings, DatabaseSettings
-from tollgate.suppliers import add_supplier
+from tollgate.tenants.keys import create_tenant
+from tollgate.tenants.suppliers import add_supplier
 from tollgate.wiring import build_api
+from tollgate_dev.local.aws import (
+    FAKE_AWS_ENV,
+    create_documents_bucket,
+    create_jobs_queues,
+    create_limiter_table,
+)
+from tollgate_dev.local.postgres import embedded_server
+from tollgate_dev.samples import CONSISTENT_KINDS, SUPPLIERS, generate_invoices, request_body
+from tollgate_dev.simulator.server import Latency, SimulatedProvider, SimulatorConfig, SimulatorStats
 
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_OUTPUT = BENCH_DIR / "results" / "drain.json"
@@ -299,8 +303,9 @@ def make_tenants(db: Database, light_count: int) -> Tenants:
 
 
 class WorkerFleet:
-    """``python -m worker.main`` processes configured by environment, as ECS runs them. Stopped with SIGTERM
-    (then SIGKILL) sent to the pids started here, never by name."""
+    """Worker processes (``python -m tollgate_dev.worker``: the container's entrypoint with the baseline
+    limiters) configured by environment, as ECS runs them. Stopped with SIGTERM (then SIGKILL) sent to the
+    pids started here, never by name."""
 
     def __init__(self, count: int, environment: dict[str, str], log_dir: Path) -> None:
         self._count = count
@@ -314,7 +319,7 @@ class WorkerFleet:
             env = {**self._environment, "WORKER_ID": f"drain-worker-{number}"}
             self._processes.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "worker.main"],
+                    [sys.executable, "-m", "tollgate_dev.worker"],
                     cwd=REPO_ROOT,
                     env=env,
                     stdout=log,

@@ -11,8 +11,7 @@ import signal
 import sys
 import threading
 
-from tollgate.limiter.dynamodb import serialize_moto_dynamodb
-from tollgate.local.aws import LocalAws
+from tollgate_dev.local.aws import LocalAws, serialize_moto_dynamodb
 
 
 def main() -> int:

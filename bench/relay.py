@@ -16,8 +16,8 @@ Rows, each measured ``--rounds`` times in turn so that a change in machine load 
 - ``floor: SendMessageBatch of 1``: one-entry calls, back to back and paced at the latency row's rate, the
   floor under one event's publication;
 - ``latency``: a producer commits one event at a time at a steady rate and nudges the relay (an
-  ``EventNudger``, as the local API does), while a relay loop (``tollgate.local.loops.Loop``) runs on nudges
-  with the one-minute sweep as fallback.
+  ``EventNudger``, as the local API does), while a relay loop (``tollgate_dev.local.loops.Loop``) runs on
+  nudges, with the one-minute sweep as fallback.
 
 The backlog is inserted as the table owner with ``insert_outbox_event``, the statement ``accept_job`` runs,
 and the payload ``accept_job`` writes; no job rows. The relay reads nothing but ``outbox_events``, so its work
@@ -93,16 +93,13 @@ from bench.acceptance import (
     scratch_database,
 )
 from bench.machine import command_line, load_average, write_json
-from tollgate.auth import create_tenant
-from tollgate.clock import new_id
+from tollgate.core.clock import new_id
 from tollgate.db import Database, build_database, load_queries
 from tollgate.db.database import Conn
 from tollgate.db.migrations import apply_migrations
 from tollgate.events import EXTRACTION_REQUESTED, ExtractionRequested, outbox_row
-from tollgate.local.aws import FAKE_AWS_ENV, create_jobs_queues
-from tollgate.local.loops import Loop
-from tollgate.nudge import EventNudger
-from tollgate.outbox import (
+from tollgate.outbox.nudge import EventNudger
+from tollgate.outbox.relay import (
     SQS_BATCH_LIMIT,
     OutboxEvent,
     RelayDeps,
@@ -111,7 +108,10 @@ from tollgate.outbox import (
     relay_outbox,
 )
 from tollgate.settings import REPO_ROOT, DatabaseSettings, RelaySettings
+from tollgate.tenants.keys import create_tenant
 from tollgate.wiring import build_relay
+from tollgate_dev.local.aws import FAKE_AWS_ENV, create_jobs_queues
+from tollgate_dev.local.loops import Loop
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

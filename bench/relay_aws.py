@@ -24,7 +24,7 @@ from typing import Any
 
 from moto.sqs.models import Queue
 
-from tollgate.local.aws import LocalAws
+from tollgate_dev.local.aws import LocalAws
 
 FAST_ATTRIBUTE = "ContentBasedDeduplication"
 

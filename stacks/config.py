@@ -117,8 +117,8 @@ WebhookLimits = _settings_section(
     ),
 )
 """How one webhook attempt talks to a tenant's endpoint, and when a failing endpoint is disabled; fields of
-``WebhookAttemptSettings``. Not ``delivery_time_scale`` or ``webhooks_allow_private_targets``: both exist
-only to run the dispatcher locally, and a deployed stage keeps their defaults."""
+``WebhookAttemptSettings``. Not ``webhooks_allow_private_targets``: it exists only to run the dispatcher
+locally, and a deployed stage keeps its default."""
 
 # What one webhook attempt does besides sending: load the delivery, record the outcome (through RDS Proxy).
 WEBHOOK_ATTEMPT_DATABASE_SECONDS = 15

@@ -1,7 +1,7 @@
 """DeliveryStack: webhook delivery, from a started execution to a signed POST at the tenant's endpoint.
 
 It owns the dispatcher (Step Functions Standard, one execution per delivery, defined by the same
-``tollgate/webhooks/dispatcher.asl.json`` the local stack runs), the attempt Lambda each step invokes, the
+``tollgate/delivery/dispatcher.asl.json`` the local stack runs), the attempt Lambda each step invokes, the
 Step Functions endpoint the relay and the API start executions through. The alarms on deliveries that gave
 up and on endpoints that keep failing watch these from ObservabilityStack.
 """
@@ -19,14 +19,13 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from stacks.config import REPO_ROOT, StageConfig, settings_environment
+from stacks.config import StageConfig, settings_environment
 from stacks.constructs.entrypoint_function import EntrypointFunction
 from stacks.constructs.lambda_packaging import DependenciesLayer, function_code
 from stacks.constructs.nag import acknowledge
-from tollgate.webhooks.ssrf import FIRST_UNPRIVILEGED_PORT, HTTPS_PORT
+from tollgate.delivery import DISPATCHER_DEFINITION
+from tollgate.delivery.ssrf import FIRST_UNPRIVILEGED_PORT, HTTPS_PORT
 
-# The package's own file, deployed as it is: the definition is never copied or rewritten for AWS.
-DISPATCHER_DEFINITION = REPO_ROOT / "tollgate" / "webhooks" / "dispatcher.asl.json"
 # The one placeholder in that file; the local stack substitutes the same name with moto's function ARN.
 ATTEMPT_FUNCTION_PLACEHOLDER = "WebhookAttemptFunctionArn"
 
@@ -68,7 +67,7 @@ class DeliveryStack(cdk.Stack):
         database_clients: ec2.ISecurityGroup,
     ) -> EntrypointFunction:
         # The database clients' group admits it to RDS Proxy and the VPC endpoints; this one lets out exactly
-        # the ports the sender may call (tollgate.webhooks.ssrf): 443 and the unprivileged ones. Which
+        # the ports the sender may call (tollgate.delivery.ssrf): 443 and the unprivileged ones. Which
         # addresses may be called is decided per request by the sender's SSRF check, since a security group
         # cannot tell public addresses from private ones.
         self.receivers = ec2.SecurityGroup(

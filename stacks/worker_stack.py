@@ -28,8 +28,8 @@ from stacks.constructs.documents_access import DocumentsReadAccess
 from stacks.constructs.entrypoint_function import METRICS_NAMESPACE
 from stacks.constructs.nag import acknowledge
 from stacks.constructs.service_metrics import WORKER_SERVICE
-from tollgate.limiter.dynamodb import KEY as LIMITER_KEY
-from tollgate.limiter.dynamodb import TTL_ATTRIBUTE as LIMITER_TTL_ATTRIBUTE
+from tollgate.execution.limiter.dynamodb import KEY as LIMITER_KEY
+from tollgate.execution.limiter.dynamodb import TTL_ATTRIBUTE as LIMITER_TTL_ATTRIBUTE
 
 DOCKERFILE = "worker/Dockerfile"
 CONTAINER_NAME = "worker"
@@ -206,8 +206,7 @@ class WorkerStack(cdk.Stack):
         jobs_queue: sqs.IQueue,
     ) -> dict[str, str]:
         """WorkerSettings' fields, except OPENAI_API_KEY (an ECS secret), OPENAI_BASE_URL (OpenAI's own
-        endpoint in AWS), WORKER_ID (derived from the task's hostname at start), CRASHPOINTS and
-        CRASH_TOKENS_DIR (fault injection for tests) and DATABASE_ROLE/URL."""
+        endpoint in AWS), WORKER_ID (derived from the task's hostname at start) and DATABASE_ROLE/URL."""
         return {
             "POWERTOOLS_SERVICE_NAME": WORKER_SERVICE,
             "POWERTOOLS_LOG_LEVEL": config.log_level,

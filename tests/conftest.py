@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 from tollgate.db.migrations import apply_migrations
-from tollgate.local.postgres import create_database, drop_database, with_dbname
 from tollgate.settings import REPO_ROOT
+from tollgate_dev.local.postgres import create_database, drop_database, with_dbname
 
 MIGRATIONS = REPO_ROOT / "migrations"
 # Tenants first: CASCADE reaches every table that refers to them; the rest have no tenant key.
@@ -113,7 +113,7 @@ def pg_server_url() -> Iterator[str]:
     if url:
         yield url
         return
-    from tollgate.local.postgres import embedded_server
+    from tollgate_dev.local.postgres import embedded_server
 
     # One embedded server for every test process of this checkout; each process makes its own database.
     server = embedded_server(REPO_ROOT / ".tollgate" / "test-pgdata")

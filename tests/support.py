@@ -13,7 +13,7 @@ import psycopg
 from jsonschema import Draft202012Validator
 
 from tollgate.events import EventPayload
-from tollgate.outbox import OutboxEvent
+from tollgate.outbox.relay import OutboxEvent
 from tollgate.settings import REPO_ROOT
 
 EVENT_SCHEMAS = REPO_ROOT / "events" / "schemas"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -102,8 +101,9 @@ class ApiSettings(DatabaseSettings, AdmissionSettings, ExtractionSettings):
     webhook_state_machine_arn: str | None = Field(
         default=None, description="Webhook dispatcher state machine; replays answer 503 without it."
     )
-    webhooks_allow_insecure: bool = Field(
-        default=False, description="Local development only: accept http:// endpoints and private addresses."
+    webhooks_allow_private_targets: bool = Field(
+        default=False,
+        description="Local development only: register endpoints with plain http and private addresses.",
     )
 
 
@@ -191,13 +191,6 @@ class LimiterSettings(BaseSettings):
         default=None,
         description="DynamoDB table of the shared budget; unset means a per-process budget (local only).",
     )
-    limiter_mode: Literal["budget", "per_worker_aimd", "no_limit"] = Field(
-        default="budget",
-        description=(
-            "`budget` is the provider budget (shared in LIMITER_TABLE when set); `per_worker_aimd` and "
-            "`no_limit` are the drain benchmark's baselines, never for production."
-        ),
-    )
     limiter_shards: int = Field(
         default=0,
         ge=0,
@@ -273,14 +266,6 @@ class WorkerSettings(SystemDatabaseSettings, RetrySettings, ExtractionSettings, 
         ge=0,
         description="On SIGTERM, how long in-flight attempts may run before being handed back.",
     )
-    crashpoints: frozenset[str] = Field(
-        default=frozenset(), description="Fault injection for tests and chaos runs only: die at these points."
-    )
-    crash_tokens_dir: Path | None = Field(
-        default=None,
-        description="Fault injection for chaos runs only: die at a crash point when a token for it can be "
-        "taken from this folder.",
-    )
     worker_id: str = Field(
         default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}",
         description="Names this process in leases and attempt records.",
@@ -288,7 +273,7 @@ class WorkerSettings(SystemDatabaseSettings, RetrySettings, ExtractionSettings, 
     deployed_stage: str | None = Field(
         default=None,
         description="The stage the worker is deployed in (set by the CDK); then it refuses to start without "
-        "LIMITER_TABLE, a provider key and the `budget` limiter mode. Unset for local runs.",
+        "LIMITER_TABLE and a provider key. Unset for local runs.",
     )
 
     @model_validator(mode="after")
@@ -307,10 +292,6 @@ class WorkerSettings(SystemDatabaseSettings, RetrySettings, ExtractionSettings, 
                     not self.limiter_table,
                 ),
                 ("OPENAI_API_KEY is not set", self.openai_api_key is None),
-                (
-                    f"LIMITER_MODE is {self.limiter_mode!r}, a benchmark baseline",
-                    self.limiter_mode != "budget",
-                ),
             )
             if broken
         ]
@@ -324,9 +305,6 @@ class WorkerSettings(SystemDatabaseSettings, RetrySettings, ExtractionSettings, 
 class WebhookAttemptSettings(SystemDatabaseSettings):
     """The webhook attempt Lambda (a step of the dispatcher state machine)."""
 
-    delivery_time_scale: float = Field(
-        default=1.0, ge=0, le=1, description="Scales the retry waits; below 1 only to compress time locally."
-    )
     webhooks_allow_private_targets: bool = Field(
         default=False, description="Local development only: deliver to private addresses and plain http."
     )

@@ -9,23 +9,34 @@ from typing import TYPE_CHECKING
 
 import boto3
 
-from tollgate.acceptance.service import AcceptanceDeps
+from tollgate.accept.service import AcceptanceDeps
 from tollgate.api.app import ApiDeps
-from tollgate.auth import ApiKeyResolver
-from tollgate.clock import SystemClock, new_id
+from tollgate.core.clock import SystemClock, new_id
+from tollgate.core.documents import S3DocumentStore
+from tollgate.core.metrics import MetricsSink, RecordedMetrics
+from tollgate.core.retry import RetryPolicy
 from tollgate.db import Database, build_database
-from tollgate.documents import S3DocumentStore
+from tollgate.delivery.attempts import AttemptDeps
+from tollgate.delivery.deliveries import (
+    DeliveryStarter,
+    NoDispatcher,
+    ReplayDeps,
+    StepFunctionsStarter,
+    WebhookDispatcher,
+)
+from tollgate.delivery.endpoints import EndpointDeps
+from tollgate.delivery.sender import SenderLimits, WebhookSender
+from tollgate.delivery.signing import new_secret
 from tollgate.events import EXTRACTION_REQUESTED, WEBHOOK_EVENT_TYPES
-from tollgate.ingress import IngressDeps
-from tollgate.jobs.execution import ExecutionDeps, ModelRouter
-from tollgate.jobs.retry import RetryPolicy
-from tollgate.limiter import Limiter
-from tollgate.limiter.factory import build_limiter
-from tollgate.llm.client import LlmClient, OpenAIExtractor
-from tollgate.metrics import MetricsSink, RecordedMetrics
-from tollgate.nudge import LambdaNudger, NoNudge, Nudger
-from tollgate.outbox import RelayDeps, SqsFifoPublisher
-from tollgate.scheduling import SchedulerDeps
+from tollgate.execution.attempt import ExecutionDeps, ModelRouter
+from tollgate.execution.limiter import Limiter
+from tollgate.execution.limiter.factory import build_limiter
+from tollgate.execution.llm.client import LlmClient, OpenAIExtractor
+from tollgate.execution.worker import WorkerConfig
+from tollgate.ingress.consumer import IngressDeps
+from tollgate.outbox.nudge import LambdaNudger, NoNudge, Nudger
+from tollgate.outbox.relay import RelayDeps, SqsFifoPublisher
+from tollgate.scheduler.tick import SchedulerDeps
 from tollgate.settings import (
     ApiSettings,
     AuthorizerSettings,
@@ -37,19 +48,8 @@ from tollgate.settings import (
     WebhookAttemptSettings,
     WorkerSettings,
 )
-from tollgate.support import SupportDeps
-from tollgate.webhooks.attempts import AttemptDeps
-from tollgate.webhooks.deliveries import (
-    DeliveryStarter,
-    NoDispatcher,
-    ReplayDeps,
-    StepFunctionsStarter,
-    WebhookDispatcher,
-)
-from tollgate.webhooks.endpoints import EndpointDeps
-from tollgate.webhooks.sender import SenderLimits, WebhookSender
-from tollgate.webhooks.signing import new_secret
-from tollgate.worker import WorkerConfig
+from tollgate.support.service import SupportDeps
+from tollgate.tenants.keys import ApiKeyResolver
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -70,7 +70,9 @@ def build_api(settings: ApiSettings, db: Database | None = None, nudger: Nudger 
     )
     return ApiDeps(
         AcceptanceDeps(db=db, documents=store, settings=settings, clock=clock, new_id=new_id, nudger=nudger),
-        webhooks=EndpointDeps(db, clock, new_id, new_secret, allow_insecure=settings.webhooks_allow_insecure),
+        webhooks=EndpointDeps(
+            db, clock, new_id, new_secret, allow_private_targets=settings.webhooks_allow_private_targets
+        ),
         replays=replays,
     )
 
@@ -183,8 +185,13 @@ def worker_config(settings: WorkerSettings) -> WorkerConfig:
 
 
 def build_webhook_attempts(
-    settings: WebhookAttemptSettings, db: Database | None = None, metrics: MetricsSink | None = None
+    settings: WebhookAttemptSettings,
+    db: Database | None = None,
+    metrics: MetricsSink | None = None,
+    *,
+    time_scale: float = 1.0,
 ) -> AttemptDeps:
+    """``time_scale`` below 1 compresses the retry waits: only the local system passes one."""
     sender = WebhookSender(
         allow_private_targets=settings.webhooks_allow_private_targets,
         limits=SenderLimits(
@@ -198,7 +205,7 @@ def build_webhook_attempts(
         clock=SystemClock(),
         sender=sender,
         jitter=random.uniform,
-        time_scale=settings.delivery_time_scale,
+        time_scale=time_scale,
         disable_after=timedelta(days=settings.endpoint_disable_after_days),
         metrics=metrics or RecordedMetrics(),
     )

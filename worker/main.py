@@ -5,20 +5,20 @@ import signal
 
 from aws_lambda_powertools import Logger, Metrics
 
-from tollgate import faults
+from tollgate.core.metrics import PowertoolsMetrics
 from tollgate.db import build_database
-from tollgate.metrics import PowertoolsMetrics
+from tollgate.execution.limiter.base import Limiter
+from tollgate.execution.worker import run_worker
 from tollgate.settings import WorkerSettings
 from tollgate.wiring import build_execution, build_ingress, worker_config
-from tollgate.worker import run_worker
 
 logger = Logger(service="tollgate-worker")
 metrics = PowertoolsMetrics(Metrics(namespace="Tollgate", service="tollgate-worker"))
 
 
-async def main() -> None:
-    settings = WorkerSettings()  # type: ignore[call-arg]  # fields come from the environment
-    faults.arm(settings.crashpoints, settings.crash_tokens_dir)
+async def main(settings: WorkerSettings | None = None, limiter: Limiter | None = None) -> None:
+    """The container runs this with no arguments; the development harness passes its own limiter."""
+    settings = settings or WorkerSettings()  # type: ignore[call-arg]  # fields come from the environment
     db = build_database(settings, pool_name="worker")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -27,7 +27,7 @@ async def main() -> None:
     logger.info("worker started", extra={"worker_id": settings.worker_id, "slots": settings.execution_slots})
     await run_worker(
         build_ingress(settings, db),
-        build_execution(settings, db, metrics=metrics),
+        build_execution(settings, db, metrics=metrics, limiter=limiter),
         worker_config(settings),
         stop,
         flush_metrics=metrics.flush,

@@ -5,8 +5,8 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from tollgate.authorizer import authorize_request
 from tollgate.settings import AuthorizerSettings
+from tollgate.tenants.authorizer import authorize_request
 from tollgate.wiring import build_authorizer
 
 logger = Logger(service="tollgate-authorizer")

@@ -5,7 +5,7 @@ from typing import Any
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from tollgate.outbox import relay_outbox
+from tollgate.outbox.relay import relay_outbox
 from tollgate.settings import RelaySettings
 from tollgate.wiring import build_relay
 

@@ -5,8 +5,8 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from tollgate.metrics import PowertoolsMetrics
-from tollgate.scheduling import run_scheduler
+from tollgate.core.metrics import PowertoolsMetrics
+from tollgate.scheduler.tick import run_scheduler
 from tollgate.settings import SchedulerSettings
 from tollgate.wiring import build_scheduler
 

@@ -6,9 +6,9 @@ from uuid import UUID
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from tollgate.metrics import PowertoolsMetrics
+from tollgate.core.metrics import PowertoolsMetrics
+from tollgate.delivery.attempts import attempt_delivery
 from tollgate.settings import WebhookAttemptSettings
-from tollgate.webhooks.attempts import attempt_delivery
 from tollgate.wiring import build_webhook_attempts
 
 SERVICE = "tollgate-webhook-attempt"

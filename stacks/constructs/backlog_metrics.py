@@ -1,7 +1,7 @@
 """The scheduler's backlog gauges as CloudWatch metrics, for alarms and the dashboard (ObservabilityStack) and
 scaling (WorkerStack).
 
-``tollgate/scheduling.py`` publishes them once a minute through Powertools, which adds the ``service``
+``tollgate/scheduler/tick.py`` publishes them once a minute through Powertools, which adds the ``service``
 dimension; a metric is only found with exactly the dimensions it was published with.
 """
 

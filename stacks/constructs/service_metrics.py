@@ -10,13 +10,13 @@ import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
 
 from stacks.constructs.entrypoint_function import METRICS_NAMESPACE, service_name
-from tollgate import metrics as counted
+from tollgate.core import metrics as counted
 
 # Powertools publishes each metric with exactly one dimension, the service; a query must name the same one.
 WORKER_SERVICE = "tollgate-worker"
 WEBHOOK_ATTEMPT_SERVICE = service_name("webhook_attempt")
 
-# Counted by the code itself, under names tollgate/metrics.py gives both sides. tollgate-worker: one per
+# Counted by the code itself, under names tollgate/core/metrics.py gives both sides. tollgate-worker: one per
 # request sent to the provider, one per request it answered with 429. tollgate-webhook-attempt: one per
 # attempt without a 2xx, per delivery whose schedule ran out (or whose endpoint was disabled), and per
 # endpoint disabled (410, or failing for endpoint_disable_after_days).
@@ -29,7 +29,7 @@ ENDPOINTS_DISABLED = counted.ENDPOINTS_DISABLED
 # Counted by metric filters on log groups, which publish without any dimension.
 WORKER_ERRORS = "WorkerErrors"
 WEBHOOK_ENDPOINT_ALERTS = "WebhookEndpointAlerts"
-# Logged by tollgate/webhooks/attempts.py as ERROR lines with an "alert" key. "exhausted" and "disabled"
+# Logged by tollgate/delivery/attempts.py as ERROR lines with an "alert" key. "exhausted" and "disabled"
 # are left out on purpose: DeliveriesGaveUp and EndpointsDisabled count those, so one event pages once.
 ENDPOINT_ALERTS = ("auth",)
 

@@ -17,13 +17,13 @@ import psycopg
 import pytest
 
 from tests.support import invoice_request, outbox_event
-from tollgate.auth import create_tenant
-from tollgate.clock import new_id
+from tollgate.core.clock import new_id
+from tollgate.delivery.deliveries import WebhookDispatcher, delivery_id_for
 from tollgate.events import ExtractionCompleted
-from tollgate.local.aws import LocalAws
-from tollgate.local.client import ApiClient
-from tollgate.local.runtime import LocalStack
-from tollgate.webhooks.deliveries import WebhookDispatcher, delivery_id_for
+from tollgate.tenants.keys import create_tenant
+from tollgate_dev.local.aws import LocalAws
+from tollgate_dev.local.client import ApiClient
+from tollgate_dev.local.runtime import LocalStack
 
 pytestmark = pytest.mark.e2e
 
@@ -58,7 +58,7 @@ def _stack(database_url: str, data_dir: Path) -> Iterator[LocalStack]:
             data_dir=data_dir,
             aws=aws,
             # As deployed: https endpoints only (the local default lets the demo's receiver use http).
-            api_overrides={"webhook_state_machine_arn": dispatcher, "webhooks_allow_insecure": False},
+            api_overrides={"webhook_state_machine_arn": dispatcher, "webhooks_allow_private_targets": False},
         ).start()
         yield local
         local.stop()

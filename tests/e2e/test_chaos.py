@@ -27,7 +27,7 @@ FAULTS = (
 
 def test_a_short_chaos_run_injects_every_fault_and_keeps_every_promise(fresh_database, tmp_path):
     env = {**os.environ, "DATABASE_URL": fresh_database(), "COLUMNS": "200"}
-    command = [sys.executable, "-m", "tollgate.cli", "local", "chaos", "--seed", "7", "--jobs", "40"]
+    command = [sys.executable, "-m", "tollgate.cli.main", "local", "chaos", "--seed", "7", "--jobs", "40"]
     # The limit only bounds a run that does not settle, or a fault whose event never comes; a healthy run
     # ends in about 45 s on two cores, quiet or busy.
     command += ["--time-limit", "240", "--data-dir", str(tmp_path)]

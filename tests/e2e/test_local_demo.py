@@ -25,7 +25,7 @@ BARS = "━─╸╺"
 
 def run_demo(cwd: Path, env: dict[str, str], *options: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tollgate.cli", "local", "demo", "--jobs-per-tenant", "10", *options],
+        [sys.executable, "-m", "tollgate.cli.main", "local", "demo", "--jobs-per-tenant", "10", *options],
         cwd=cwd,
         # 80 columns, as the README's excerpt was taken; the demo keeps its lines within that.
         env={**env, "COLUMNS": "80"},
@@ -128,7 +128,16 @@ def test_on_database_url_the_demo_runs_in_a_database_of_its_own_and_drops_it(fre
 
 def test_tenants_create_prints_the_key_once_on_stdout(fresh_database, tmp_path):
     env = {**os.environ, "DATABASE_URL": fresh_database()}
-    command = [sys.executable, "-m", "tollgate.cli", "tenants", "create", "acme", "--data-dir", str(tmp_path)]
+    command = [
+        sys.executable,
+        "-m",
+        "tollgate.cli.main",
+        "tenants",
+        "create",
+        "acme",
+        "--data-dir",
+        str(tmp_path),
+    ]
     first = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
     again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
 
@@ -142,7 +151,7 @@ def test_tenants_create_prints_the_key_once_on_stdout(fresh_database, tmp_path):
 
 def test_add_supplier_checks_the_iban_and_the_tenant(fresh_database, tmp_path):
     env = {**os.environ, "DATABASE_URL": fresh_database()}
-    cli = [sys.executable, "-m", "tollgate.cli"]
+    cli = [sys.executable, "-m", "tollgate.cli.main"]
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tollgate.local.client import ApiClient
+from tollgate_dev.local.client import ApiClient
 
 pytestmark = pytest.mark.e2e
 
@@ -68,7 +68,7 @@ def local_up(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Output]]:
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     process = subprocess.Popen(
         [
-            *(sys.executable, "-m", "tollgate.cli", "local", "up"),
+            *(sys.executable, "-m", "tollgate.cli.main", "local", "up"),
             *("--port", "0", "--erp-port", "0", "--data-dir", str(tmp_path)),
         ],
         env={**env, "COLUMNS": "200"},

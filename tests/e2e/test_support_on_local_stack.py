@@ -15,13 +15,13 @@ import psycopg
 import pytest
 
 from tests.support import valid_webhook
-from tollgate.auth import create_tenant
-from tollgate.clock import new_id
-from tollgate.llm.simulator import Fault, Latency, SimulatorConfig
-from tollgate.local.client import ApiClient
-from tollgate.local.runtime import LocalStack
-from tollgate.samples import SUPPLIERS, generate_invoices, request_body
-from tollgate.suppliers import add_supplier
+from tollgate.core.clock import new_id
+from tollgate.tenants.keys import create_tenant
+from tollgate.tenants.suppliers import add_supplier
+from tollgate_dev.local.client import ApiClient
+from tollgate_dev.local.runtime import LocalStack
+from tollgate_dev.samples import SUPPLIERS, generate_invoices, request_body
+from tollgate_dev.simulator.server import Fault, Latency, SimulatorConfig
 
 pytestmark = pytest.mark.e2e
 
@@ -79,7 +79,7 @@ def cli(stack, *args, columns=80):
         and not k.startswith("AWS_")
     }
     return subprocess.run(
-        [sys.executable, "-m", "tollgate.cli", *args, "--data-dir", str(stack.data_dir)],
+        [sys.executable, "-m", "tollgate.cli.main", *args, "--data-dir", str(stack.data_dir)],
         env={**env, "COLUMNS": str(columns), "TOLLGATE_ACTOR": "oncall"},
         capture_output=True,
         text=True,

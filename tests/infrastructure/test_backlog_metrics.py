@@ -36,7 +36,7 @@ def _calls(path: str, name: str) -> list[ast.Call]:
 def test_the_watched_gauges_are_published_by_the_scheduler() -> None:
     published = {
         call.args[0].value
-        for call in _calls("tollgate/scheduling.py", "gauge")
+        for call in _calls("tollgate/scheduler/tick.py", "gauge")
         if call.args and isinstance(call.args[0], ast.Constant)
     }
 

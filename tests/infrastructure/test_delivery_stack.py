@@ -23,7 +23,7 @@ from tests.infrastructure.cfn import (
     subnet_groups,
 )
 from tests.infrastructure.synth import Synthesized
-from tollgate.local.stepfunctions import DEFINITION as LOCAL_DEFINITION
+from tollgate_dev.local.stepfunctions import DEFINITION as LOCAL_DEFINITION
 
 pytestmark = pytest.mark.infrastructure
 

@@ -31,17 +31,13 @@ pytestmark = pytest.mark.infrastructure
 # - MIGRATIONS_DIR defaults to migrations/ beside the tollgate package, which is where the code asset has it.
 # - OPENAI_BASE_URL: in AWS the worker calls OpenAI's own endpoint.
 # - WORKER_ID is derived from the task's hostname and process id at start, unique per task.
-# - CRASHPOINTS and CRASH_TOKENS_DIR inject faults for tests and chaos runs; a deployed worker never dies on
-#   purpose.
-# - LIMITER_MODE chooses the drain benchmark's baselines; a deployed worker always uses the budget.
 # - LIMITER_SHARDS (0 = derived from the rate), LIMITER_PERMIT_TTL_SECONDS, LIMITER_AIMD_INCREASE/DECREASE
 #   and LIMITER_UNAVAILABLE_ALLOWANCE_PER_MINUTE (0 = fail closed) keep the model's defaults, which are
 #   the production values; no stage tunes them yet.
-# - WEBHOOKS_ALLOW_INSECURE and WEBHOOKS_ALLOW_PRIVATE_TARGETS: local development only; deployed endpoints
+# - WEBHOOKS_ALLOW_PRIVATE_TARGETS: local development only; deployed endpoints
 #   must be HTTPS and public, and the sender refuses private addresses.
-# - DELIVERY_TIME_SCALE compresses the webhook retry waits for the local stack; deployed, the schedule is real.
 LEFT_TO_DEFAULT = {
-    "api": {"DATABASE_URL", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS", "WEBHOOKS_ALLOW_INSECURE"},
+    "api": {"DATABASE_URL", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS", "WEBHOOKS_ALLOW_PRIVATE_TARGETS"},
     "authorizer": {"DATABASE_URL", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS"},
     "migrate": {"DATABASE_URL", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS", "MIGRATIONS_DIR"},
     "outbox_relay": {"DATABASE_URL", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS"},
@@ -51,7 +47,6 @@ LEFT_TO_DEFAULT = {
         "DATABASE_ROLE",
         "DATABASE_WAIT_SECONDS",
         "WEBHOOKS_ALLOW_PRIVATE_TARGETS",
-        "DELIVERY_TIME_SCALE",
     },
     "worker": {
         "DATABASE_URL",
@@ -59,9 +54,6 @@ LEFT_TO_DEFAULT = {
         "DATABASE_WAIT_SECONDS",
         "OPENAI_BASE_URL",
         "WORKER_ID",
-        "CRASHPOINTS",
-        "CRASH_TOKENS_DIR",
-        "LIMITER_MODE",
         "LIMITER_SHARDS",
         "LIMITER_PERMIT_TTL_SECONDS",
         "LIMITER_AIMD_INCREASE",

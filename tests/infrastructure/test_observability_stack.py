@@ -41,7 +41,7 @@ from stacks.constructs.service_metrics import (
 )
 from stacks.observability_stack import RUNBOOK_SECTION, overview_markdown
 from tests.infrastructure.cfn import function_by_handler, local_id, only, references, resources
-from tollgate.webhooks import attempts
+from tollgate.delivery import attempts
 
 pytestmark = pytest.mark.infrastructure
 

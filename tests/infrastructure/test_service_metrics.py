@@ -20,7 +20,7 @@ from stacks.constructs.service_metrics import (
     WORKER_SERVICE,
     service_metric,
 )
-from tollgate import metrics
+from tollgate.core import metrics
 
 pytestmark = pytest.mark.infrastructure
 
@@ -30,7 +30,7 @@ def _module(path: str) -> ast.Module:
 
 
 def _constant(tree: ast.Module, node: ast.expr) -> object:
-    """A literal, or a module-level name bound to one (``SERVICE = "..."``) or to a ``tollgate.metrics``
+    """A literal, or a module-level name bound to one (``SERVICE = "..."``) or to a ``tollgate.core.metrics``
     constant imported by name."""
     if isinstance(node, ast.Constant):
         return node.value
@@ -40,7 +40,7 @@ def _constant(tree: ast.Module, node: ast.expr) -> object:
             isinstance(target, ast.Name) and target.id == node.id for target in statement.targets
         ):
             return _constant(tree, statement.value)
-        if isinstance(statement, ast.ImportFrom) and statement.module == "tollgate.metrics":
+        if isinstance(statement, ast.ImportFrom) and statement.module == "tollgate.core.metrics":
             names = {alias.asname or alias.name: alias.name for alias in statement.names}
             if node.id in names:
                 return getattr(metrics, names[node.id])
@@ -68,12 +68,12 @@ def _published_under(path: str) -> tuple[object, object]:
 
 
 def test_the_worker_counts_provider_calls_and_429s() -> None:
-    assert {PROVIDER_CALLS, PROVIDER_THROTTLED} <= _counted("tollgate/jobs/execution.py")
+    assert {PROVIDER_CALLS, PROVIDER_THROTTLED} <= _counted("tollgate/execution/attempt.py")
 
 
 def test_the_attempt_use_case_counts_failures_give_ups_and_disabled_endpoints() -> None:
     assert {DELIVERY_ATTEMPTS_FAILED, DELIVERIES_GAVE_UP, ENDPOINTS_DISABLED} <= _counted(
-        "tollgate/webhooks/attempts.py"
+        "tollgate/delivery/attempts.py"
     )
 
 

@@ -11,13 +11,13 @@ from uuid import UUID
 import pytest
 from pydantic import SecretStr
 
-from tollgate.auth import create_tenant
-from tollgate.clock import new_id
+from tollgate.core.clock import new_id
 from tollgate.db import Database, build_database
-from tollgate.local.aws import LocalAws
-from tollgate.local.client import ApiClient
-from tollgate.local.runtime import LocalStack
 from tollgate.settings import DatabaseSettings
+from tollgate.tenants.keys import create_tenant
+from tollgate_dev.local.aws import LocalAws
+from tollgate_dev.local.client import ApiClient
+from tollgate_dev.local.runtime import LocalStack
 
 pytestmark = pytest.mark.integration
 

@@ -131,7 +131,7 @@ def test_the_same_idempotency_key_is_independent_per_tenant(make_tenant, clean_d
 def test_a_reference_to_an_object_version_under_the_tenants_prefix_is_accepted(tenant, stack, clean_db):
     import boto3
 
-    from tollgate.local.runtime import LOCAL_BUCKET
+    from tollgate_dev.local.runtime import LOCAL_BUCKET
 
     key = f"tenants/{tenant.tenant_id}/uploads/inv.txt"
     version = boto3.client("s3").put_object(Bucket=LOCAL_BUCKET, Key=key, Body=b"page one\fpage two")[

@@ -7,7 +7,7 @@ import psycopg
 import pytest
 
 from tests.support import count_rows, invoice_request
-from tollgate.local.client import ApiClient
+from tollgate_dev.local.client import ApiClient
 
 pytestmark = pytest.mark.integration
 

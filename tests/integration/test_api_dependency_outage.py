@@ -12,9 +12,9 @@ from pydantic import SecretStr
 
 from tests.support import count_rows, invoice_request
 from tollgate.api.app import create_app, handle
-from tollgate.local.gateway import build_event
 from tollgate.settings import ApiSettings
 from tollgate.wiring import build_api
+from tollgate_dev.local.gateway import build_event
 
 pytestmark = pytest.mark.integration
 

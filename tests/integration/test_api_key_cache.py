@@ -4,8 +4,8 @@ its cached answer expires (time is injected, nothing sleeps)."""
 import psycopg
 import pytest
 
-from tollgate.auth import ApiKeyResolver, create_tenant
-from tollgate.clock import FakeClock, new_id
+from tollgate.core.clock import FakeClock, new_id
+from tollgate.tenants.keys import ApiKeyResolver, create_tenant
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +28,7 @@ def test_a_revoked_key_works_until_its_cache_entry_expires_then_never(app_db, sy
 
 
 def test_a_tenant_name_is_unique(system_db, clean_db):
-    from tollgate.errors import InvalidRequest
+    from tollgate.core.errors import InvalidRequest
 
     create_tenant(system_db, "acme", new_id)
     with pytest.raises(InvalidRequest, match="already exists"):

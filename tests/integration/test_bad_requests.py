@@ -8,8 +8,8 @@ import boto3
 import pytest
 
 from tests.support import count_rows, invoice_request
-from tollgate.local.client import ApiClient
-from tollgate.local.runtime import LOCAL_BUCKET
+from tollgate_dev.local.client import ApiClient
+from tollgate_dev.local.runtime import LOCAL_BUCKET
 
 pytestmark = pytest.mark.integration
 

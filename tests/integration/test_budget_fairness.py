@@ -24,15 +24,15 @@ from tests.integration.test_execution import (
     rows,
 )
 from tests.support import invoice_request, job_row
-from tollgate.clock import FakeClock, SystemClock
-from tollgate.ingress import IngressDeps
-from tollgate.jobs.execution import claim_within_budget
-from tollgate.limiter.base import Denied, LimiterUnavailable, Outcome, Permit, Reservation
-from tollgate.limiter.dynamodb import DynamoDbLimiter, create_limiter_table, serialize_moto_dynamodb
-from tollgate.limiter.local import InProcessLimiter
-from tollgate.llm.client import LlmResult
-from tollgate.local.aws import create_jobs_queues
-from tollgate.worker import WorkerConfig, run_worker
+from tollgate.core.clock import FakeClock, SystemClock
+from tollgate.execution.attempt import claim_within_budget
+from tollgate.execution.limiter.base import Denied, LimiterUnavailable, Outcome, Permit, Reservation
+from tollgate.execution.limiter.dynamodb import DynamoDbLimiter
+from tollgate.execution.limiter.local import InProcessLimiter
+from tollgate.execution.llm.client import LlmResult
+from tollgate.execution.worker import WorkerConfig, run_worker
+from tollgate.ingress.consumer import IngressDeps
+from tollgate_dev.local.aws import create_jobs_queues, create_limiter_table, serialize_moto_dynamodb
 
 pytestmark = pytest.mark.integration
 

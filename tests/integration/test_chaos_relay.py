@@ -14,11 +14,11 @@ import psycopg
 import pytest
 
 from tests.support import invoice_request
-from tollgate.clock import SystemClock
+from tollgate.core.clock import SystemClock
 from tollgate.events import EXTRACTION_REQUESTED
-from tollgate.ingress import IngressDeps, ingest_once
-from tollgate.local.aws import create_jobs_queues
-from tollgate.outbox import RelayDeps, SqsFifoPublisher, relay_outbox
+from tollgate.ingress.consumer import IngressDeps, ingest_once
+from tollgate.outbox.relay import RelayDeps, SqsFifoPublisher, relay_outbox
+from tollgate_dev.local.aws import create_jobs_queues
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +46,11 @@ def test_a_relay_killed_after_publishing_sends_again_and_the_event_is_taken_in_o
     }
 
     relay = subprocess.run(
-        [sys.executable, "-m", "tollgate.chaos.relay"], env=env, capture_output=True, timeout=60, check=False
+        [sys.executable, "-m", "tollgate_dev.chaos.relay"],
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=False,
     )
 
     assert relay.returncode == 137, relay.stdout[-2000:] + relay.stderr[-2000:]

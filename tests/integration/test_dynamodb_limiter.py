@@ -24,16 +24,11 @@ from tests.integration.test_execution import (
     supplier_tenant,  # noqa: F401 - a fixture
 )
 from tests.support import invoice_request, job_row
-from tollgate.clock import FakeClock
-from tollgate.jobs.execution import AttemptEnd, run_attempt
-from tollgate.limiter.base import Denied, LimiterUnavailable, Outcome, Permit, Reservation
-from tollgate.limiter.dynamodb import (
-    WINDOW_SECONDS,
-    DynamoDbLimiter,
-    ShardState,
-    create_limiter_table,
-    serialize_moto_dynamodb,
-)
+from tollgate.core.clock import FakeClock
+from tollgate.execution.attempt import AttemptEnd, run_attempt
+from tollgate.execution.limiter.base import Denied, LimiterUnavailable, Outcome, Permit, Reservation
+from tollgate.execution.limiter.dynamodb import WINDOW_SECONDS, DynamoDbLimiter, ShardState
+from tollgate_dev.local.aws import create_limiter_table, serialize_moto_dynamodb
 
 pytestmark = pytest.mark.integration
 

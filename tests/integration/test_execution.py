@@ -12,20 +12,20 @@ import psycopg
 import pytest
 
 from tests.support import invoice_request, job_row
-from tollgate.clock import FakeClock, SystemClock, new_id
-from tollgate.documents import S3DocumentStore
+from tollgate.core.clock import FakeClock, SystemClock, new_id
+from tollgate.core.documents import S3DocumentStore
+from tollgate.core.metrics import RecordedMetrics
+from tollgate.core.retry import RetryPolicy
 from tollgate.events import ExtractionFailed
-from tollgate.extraction.schema import Invoice
-from tollgate.jobs.execution import AttemptEnd, ExecutionDeps, ModelRouter, run_attempt
-from tollgate.jobs.leasing import claim_next_job
-from tollgate.jobs.retry import RetryPolicy
-from tollgate.limiter.base import Denied, Reservation
-from tollgate.limiter.local import InProcessLimiter
-from tollgate.llm.client import LlmResult, OutcomeClass
-from tollgate.local.runtime import LOCAL_BUCKET
-from tollgate.metrics import RecordedMetrics
-from tollgate.scheduling import SchedulerDeps, run_scheduler
-from tollgate.suppliers import add_supplier
+from tollgate.execution.attempt import AttemptEnd, ExecutionDeps, ModelRouter, run_attempt
+from tollgate.execution.extraction.schema import Invoice
+from tollgate.execution.leasing import claim_next_job
+from tollgate.execution.limiter.base import Denied, Reservation
+from tollgate.execution.limiter.local import InProcessLimiter
+from tollgate.execution.llm.client import LlmResult, OutcomeClass
+from tollgate.scheduler.tick import SchedulerDeps, run_scheduler
+from tollgate.tenants.suppliers import add_supplier
+from tollgate_dev.local.runtime import LOCAL_BUCKET
 
 pytestmark = pytest.mark.integration
 
@@ -433,7 +433,7 @@ def test_a_refused_api_key_pauses_every_worker_and_keeps_the_job(supplier_tenant
 
 
 def test_provider_statuses_are_classified():
-    from tollgate.llm.client import classify_status
+    from tollgate.execution.llm.client import classify_status
 
     assert classify_status(401) is OutcomeClass.PROVIDER_AUTH
     assert classify_status(403) is OutcomeClass.PROVIDER_AUTH
@@ -444,9 +444,9 @@ def test_provider_statuses_are_classified():
 
 
 def test_on_stop_a_worker_drains_then_hands_back_what_it_cannot_finish(supplier_tenant, system_db, clean_db):
-    from tollgate.ingress import IngressDeps
-    from tollgate.local.aws import create_jobs_queues
-    from tollgate.worker import WorkerConfig, run_worker
+    from tollgate.execution.worker import WorkerConfig, run_worker
+    from tollgate.ingress.consumer import IngressDeps
+    from tollgate_dev.local.aws import create_jobs_queues
 
     job_id = supplier_tenant.client.submit(invoice_request(TEXT), "k").json["job_id"]
     llm = ScriptedLlm(ok())
@@ -477,7 +477,7 @@ def test_on_stop_a_worker_drains_then_hands_back_what_it_cannot_finish(supplier_
 
 
 def test_a_job_released_on_its_last_attempt_can_still_be_claimed(supplier_tenant, system_db, clean_db):
-    from tollgate.jobs.leasing import release_job
+    from tollgate.execution.leasing import release_job
 
     job_id = supplier_tenant.client.submit(invoice_request(TEXT), "k").json["job_id"]
     with psycopg.connect(clean_db, autocommit=True) as conn:

@@ -20,17 +20,17 @@ import pytest
 
 from tests.integration.test_execution import claim, make_deps, rows
 from tests.support import job_row
-from tollgate.clock import FakeClock, SystemClock, new_id
-from tollgate.jobs.execution import AttemptEnd, run_attempt
-from tollgate.jobs.retry import RetryPolicy
-from tollgate.llm.client import OpenAIExtractor
-from tollgate.llm.simulator import Fault, SimulatedProvider, SimulatorConfig
-from tollgate.local.aws import create_jobs_queues
-from tollgate.local.runtime import LOCAL_BUCKET
-from tollgate.metrics import RecordedMetrics
-from tollgate.samples import INJECTION, SUPPLIERS, generate_invoices, request_body
-from tollgate.scheduling import SchedulerDeps, run_scheduler
-from tollgate.suppliers import add_supplier
+from tollgate.core.clock import FakeClock, SystemClock, new_id
+from tollgate.core.metrics import RecordedMetrics
+from tollgate.core.retry import RetryPolicy
+from tollgate.execution.attempt import AttemptEnd, run_attempt
+from tollgate.execution.llm.client import OpenAIExtractor
+from tollgate.scheduler.tick import SchedulerDeps, run_scheduler
+from tollgate.tenants.suppliers import add_supplier
+from tollgate_dev.local.aws import create_jobs_queues
+from tollgate_dev.local.runtime import LOCAL_BUCKET
+from tollgate_dev.samples import INJECTION, SUPPLIERS, generate_invoices, request_body
+from tollgate_dev.simulator.server import Fault, SimulatedProvider, SimulatorConfig
 
 pytestmark = pytest.mark.integration
 
@@ -208,7 +208,7 @@ def test_a_worker_killed_after_the_provider_answered_is_retried_and_ends_with_on
     completions_before = simulator.stats.completions
 
     worker = subprocess.run(
-        [sys.executable, "-m", "worker.main"],
+        [sys.executable, "-m", "tollgate_dev.worker"],
         env=env,
         capture_output=True,
         text=True,
@@ -240,8 +240,8 @@ def test_a_worker_killed_after_the_provider_answered_is_retried_and_ends_with_on
 def test_a_worker_killed_between_the_inbox_commit_and_the_sqs_delete_records_the_event_once(
     known_tenant, system_db, simulator, clean_db, local_aws
 ):
-    from tollgate.ingress import IngressDeps, IngressOutcome, ingest_once
-    from tollgate.outbox import RelayDeps, SqsFifoPublisher, relay_outbox
+    from tollgate.ingress.consumer import IngressDeps, IngressOutcome, ingest_once
+    from tollgate.outbox.relay import RelayDeps, SqsFifoPublisher, relay_outbox
 
     queues = create_jobs_queues(f"crash-delete-{secrets.token_hex(4)}")
     sqs = boto3.client("sqs")
@@ -264,7 +264,7 @@ def test_a_worker_killed_between_the_inbox_commit_and_the_sqs_delete_records_the
     }
 
     worker = subprocess.run(
-        [sys.executable, "-m", "worker.main"],
+        [sys.executable, "-m", "tollgate_dev.worker"],
         env=env,
         capture_output=True,
         text=True,

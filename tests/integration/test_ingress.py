@@ -12,11 +12,11 @@ import psycopg
 import pytest
 
 from tests.support import invoice_request, job_row, lease_job
-from tollgate.clock import SystemClock
+from tollgate.core.clock import SystemClock
 from tollgate.events import EXTRACTION_REQUESTED
-from tollgate.ingress import IngressDeps, IngressOutcome, ingest_once
-from tollgate.local.aws import create_jobs_queues
-from tollgate.outbox import RelayDeps, SqsFifoPublisher, relay_outbox
+from tollgate.ingress.consumer import IngressDeps, IngressOutcome, ingest_once
+from tollgate.outbox.relay import RelayDeps, SqsFifoPublisher, relay_outbox
+from tollgate_dev.local.aws import create_jobs_queues
 
 pytestmark = pytest.mark.integration
 

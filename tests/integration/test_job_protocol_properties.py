@@ -25,30 +25,30 @@ from psycopg.rows import DictRow, dict_row
 from pydantic import SecretStr
 
 from tests.integration.test_execution import TEXT, ScriptedLlm, extraction, ok
-from tollgate.acceptance.models import CreateJobRequest
-from tollgate.acceptance.service import AcceptanceDeps, accept_job, cancel_job
-from tollgate.auth import create_tenant
-from tollgate.clock import FakeClock, new_id
+from tollgate.accept.models import CreateJobRequest
+from tollgate.accept.service import AcceptanceDeps, accept_job, cancel_job
+from tollgate.core.clock import FakeClock, new_id
+from tollgate.core.errors import InvalidState
+from tollgate.core.job_states import TERMINAL_STATES, JobState, can_transition
+from tollgate.core.metrics import RecordedMetrics
+from tollgate.core.retry import RetryPolicy
 from tollgate.db import Database
 from tollgate.db.queries import Queries, load_queries
-from tollgate.errors import InvalidState
 from tollgate.events import (
     EXTRACTION_COMPLETED,
     EXTRACTION_FAILED,
     EXTRACTION_REQUESTED,
     EXTRACTION_REVIEW_REQUIRED,
 )
-from tollgate.jobs.execution import AttemptEnd, ExecutionDeps, ModelRouter, run_attempt
-from tollgate.jobs.leasing import ClaimedJob, claim_next_job, extend_lease, release_job
-from tollgate.jobs.retry import RetryPolicy
-from tollgate.jobs.states import TERMINAL_STATES, JobState, can_transition
-from tollgate.limiter.baselines import NoLimiter
-from tollgate.llm.client import LlmResult, OutcomeClass
-from tollgate.metrics import RecordedMetrics
-from tollgate.scheduling import SchedulerDeps, run_scheduler
+from tollgate.execution.attempt import AttemptEnd, ExecutionDeps, ModelRouter, run_attempt
+from tollgate.execution.leasing import ClaimedJob, claim_next_job, extend_lease, release_job
+from tollgate.execution.llm.client import LlmResult, OutcomeClass
+from tollgate.scheduler.tick import SchedulerDeps, run_scheduler
 from tollgate.settings import ApiSettings
-from tollgate.suppliers import add_supplier
-from tollgate.support import SupportDeps, retry_job
+from tollgate.support.service import SupportDeps, retry_job
+from tollgate.tenants.keys import create_tenant
+from tollgate.tenants.suppliers import add_supplier
+from tollgate_dev.baselines import NoLimiter
 
 pytestmark = pytest.mark.integration
 

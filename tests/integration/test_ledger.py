@@ -18,8 +18,19 @@ import pytest
 
 from tests.integration.test_execution import TEXT, ScriptedLlm, claim, make_deps, ok
 from tests.support import invoice_request
-from tollgate.chaos.erp import ErpEndpoint, ErpLog
-from tollgate.chaos.ledger import (
+from tollgate.core.clock import SystemClock, new_id
+from tollgate.delivery.attempts import AttemptDeps, attempt_delivery
+from tollgate.delivery.deliveries import WebhookDispatcher
+from tollgate.delivery.sender import WebhookSender
+from tollgate.delivery.signing import sign
+from tollgate.events import EXTRACTION_REQUESTED, WEBHOOK_EVENT_TYPES
+from tollgate.execution.attempt import run_attempt
+from tollgate.execution.llm.client import LlmResult, OutcomeClass
+from tollgate.ingress.consumer import IngressDeps, ingest_once
+from tollgate.outbox.relay import RelayDeps, SqsFifoPublisher, relay_outbox
+from tollgate.tenants.suppliers import add_supplier
+from tollgate_dev.chaos.erp import ErpEndpoint, ErpLog
+from tollgate_dev.chaos.ledger import (
     ATTEMPTS_CONSISTENT,
     JOBS_EXPLAINED,
     NO_DUPLICATE_ERP_EFFECTS,
@@ -32,19 +43,8 @@ from tollgate.chaos.ledger import (
     check_ledger,
     read_queues,
 )
-from tollgate.clock import SystemClock, new_id
-from tollgate.events import EXTRACTION_REQUESTED, WEBHOOK_EVENT_TYPES
-from tollgate.ingress import IngressDeps, ingest_once
-from tollgate.jobs.execution import run_attempt
-from tollgate.llm.client import LlmResult, OutcomeClass
-from tollgate.local.aws import JobsQueues, create_jobs_queues
-from tollgate.local.client import ApiClient
-from tollgate.outbox import RelayDeps, SqsFifoPublisher, relay_outbox
-from tollgate.suppliers import add_supplier
-from tollgate.webhooks.attempts import AttemptDeps, attempt_delivery
-from tollgate.webhooks.deliveries import WebhookDispatcher
-from tollgate.webhooks.sender import WebhookSender
-from tollgate.webhooks.signing import sign
+from tollgate_dev.local.aws import JobsQueues, create_jobs_queues
+from tollgate_dev.local.client import ApiClient
 
 pytestmark = pytest.mark.integration
 

@@ -11,10 +11,10 @@ from uuid import uuid4
 import pytest
 
 from tests.support import valid_webhook
-from tollgate.clock import SystemClock
+from tollgate.core.clock import SystemClock
+from tollgate.delivery.signing import sign
 from tollgate.events import EXTRACTION_COMPLETED, ExtractionCompleted, webhook_body
-from tollgate.local.erp import DemoErp
-from tollgate.webhooks.signing import sign
+from tollgate_dev.local.erp import DemoErp
 
 
 @pytest.fixture

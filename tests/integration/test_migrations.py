@@ -9,8 +9,8 @@ import threading
 import psycopg
 import pytest
 
+from tollgate.core.job_states import CANCELLABLE_STATES, UNFINISHED_STATES, JobState
 from tollgate.db.migrations import MigrationError, apply_migrations, read_migrations
-from tollgate.jobs.states import CANCELLABLE_STATES, UNFINISHED_STATES, JobState
 
 pytestmark = pytest.mark.integration
 

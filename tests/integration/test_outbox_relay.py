@@ -13,11 +13,11 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from tests.support import invoice_request
-from tollgate.clock import FakeClock, SystemClock, new_id
+from tollgate.core.clock import FakeClock, SystemClock, new_id
 from tollgate.events import EXTRACTION_REQUESTED
-from tollgate.ingress import IngressDeps, IngressOutcome, ingest_once
-from tollgate.local.aws import create_jobs_queues
-from tollgate.outbox import OutboxEvent, RelayDeps, SqsFifoPublisher, relay_batch, relay_outbox
+from tollgate.ingress.consumer import IngressDeps, IngressOutcome, ingest_once
+from tollgate.outbox.relay import OutboxEvent, RelayDeps, SqsFifoPublisher, relay_batch, relay_outbox
+from tollgate_dev.local.aws import create_jobs_queues
 
 pytestmark = pytest.mark.integration
 

@@ -9,11 +9,11 @@ import psycopg
 import pytest
 
 from tests.support import invoice_request, job_row, lease_job
-from tollgate.clock import FakeClock, SystemClock, new_id
+from tollgate.core.clock import FakeClock, SystemClock, new_id
+from tollgate.core.metrics import RecordedMetrics
+from tollgate.core.retry import RetryPolicy
 from tollgate.events import ExtractionFailed
-from tollgate.jobs.retry import RetryPolicy
-from tollgate.metrics import RecordedMetrics
-from tollgate.scheduling import SchedulerDeps, run_scheduler
+from tollgate.scheduler.tick import SchedulerDeps, run_scheduler
 
 pytestmark = pytest.mark.integration
 

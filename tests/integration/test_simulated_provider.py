@@ -20,10 +20,11 @@ import pytest
 from openai import OpenAI
 from pydantic import ValidationError
 
-from tollgate.clock import FakeClock
-from tollgate.extraction.prompt import build_messages
-from tollgate.extraction.schema import Invoice, response_format
-from tollgate.llm.simulator import (
+from tollgate.core.clock import FakeClock
+from tollgate.execution.extraction.prompt import build_messages
+from tollgate.execution.extraction.schema import Invoice, response_format
+from tollgate_dev.samples import expected_invoice, generate_invoice
+from tollgate_dev.simulator.server import (
     Latency,
     SimulatedProvider,
     SimulatorConfig,
@@ -31,7 +32,6 @@ from tollgate.llm.simulator import (
     openai_duration,
     prompt_text,
 )
-from tollgate.samples import expected_invoice, generate_invoice
 
 pytestmark = pytest.mark.integration
 

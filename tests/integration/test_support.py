@@ -14,15 +14,15 @@ from botocore.stub import Stubber
 
 from tests.integration.test_execution import TEXT, ScriptedLlm, claim, make_deps, ok
 from tests.support import invoice_request, job_row
-from tollgate.clock import FakeClock, SystemClock, new_id
-from tollgate.errors import InvalidRequest, InvalidState
+from tollgate.core.clock import FakeClock, SystemClock, new_id
+from tollgate.core.errors import InvalidRequest, InvalidState
 from tollgate.events import EXTRACTION_REQUESTED
-from tollgate.ingress import IngressDeps, IngressOutcome, ingest_once
-from tollgate.jobs.execution import AttemptEnd, run_attempt
-from tollgate.llm.client import LlmResult, OutcomeClass
-from tollgate.local.aws import create_jobs_queues
-from tollgate.outbox import RelayDeps, SqsFifoPublisher, relay_outbox
-from tollgate.support import Decision, SupportDeps, redrive_dead_letters, retry_job, start_bulk_move
+from tollgate.execution.attempt import AttemptEnd, run_attempt
+from tollgate.execution.llm.client import LlmResult, OutcomeClass
+from tollgate.ingress.consumer import IngressDeps, IngressOutcome, ingest_once
+from tollgate.outbox.relay import RelayDeps, SqsFifoPublisher, relay_outbox
+from tollgate.support.service import Decision, SupportDeps, redrive_dead_letters, retry_job, start_bulk_move
+from tollgate_dev.local.aws import create_jobs_queues
 
 pytestmark = pytest.mark.integration
 

@@ -16,12 +16,12 @@ from typer.testing import CliRunner
 from tests.integration.test_execution import TEXT, ScriptedLlm, claim, extraction, make_deps, ok
 from tests.integration.test_support import audit, exhaust
 from tests.support import invoice_request, job_row
-from tollgate.cli import app
-from tollgate.clock import new_id
-from tollgate.jobs.execution import AttemptEnd, run_attempt
-from tollgate.local.aws import FAKE_AWS_ENV, create_jobs_queues
-from tollgate.suppliers import add_supplier
-from tollgate.support_cli import LOCAL_AWS_KEY, LOCAL_AWS_REGION, LOCAL_AWS_SECRET
+from tollgate.cli.main import app
+from tollgate.cli.support import LOCAL_AWS_KEY, LOCAL_AWS_REGION, LOCAL_AWS_SECRET
+from tollgate.core.clock import new_id
+from tollgate.execution.attempt import AttemptEnd, run_attempt
+from tollgate.tenants.suppliers import add_supplier
+from tollgate_dev.local.aws import FAKE_AWS_ENV, create_jobs_queues
 
 pytestmark = pytest.mark.integration
 
@@ -290,9 +290,9 @@ def _local_sqs(data_dir):
 
 def _into_dlq(system_db, sqs, queues):
     """Relays the outbox to the jobs queue, then receives without deleting until SQS moves it to the DLQ."""
-    from tollgate.clock import SystemClock
+    from tollgate.core.clock import SystemClock
     from tollgate.events import EXTRACTION_REQUESTED
-    from tollgate.outbox import RelayDeps, SqsFifoPublisher, relay_outbox
+    from tollgate.outbox.relay import RelayDeps, SqsFifoPublisher, relay_outbox
 
     relay_outbox(
         RelayDeps(

@@ -19,25 +19,25 @@ import pytest
 
 from tests.integration.test_execution import TEXT, ScriptedLlm, claim, make_deps, ok
 from tests.support import invoice_request, valid_webhook
-from tollgate.clock import FakeClock, SystemClock, new_id
-from tollgate.events import WEBHOOK_EVENT_TYPES
-from tollgate.jobs.execution import run_attempt
-from tollgate.jobs.retry import RetryPolicy
-from tollgate.local.client import ApiClient
-from tollgate.local.stepfunctions import create_dispatcher, release_dispatcher
-from tollgate.metrics import RecordedMetrics
-from tollgate.outbox import RelayDeps, relay_outbox
-from tollgate.scheduling import SchedulerDeps, run_scheduler
-from tollgate.webhooks.attempts import AttemptDeps, attempt_delivery
-from tollgate.webhooks.deliveries import (
+from tollgate.core.clock import FakeClock, SystemClock, new_id
+from tollgate.core.metrics import RecordedMetrics
+from tollgate.core.retry import RetryPolicy
+from tollgate.delivery.attempts import AttemptDeps, attempt_delivery
+from tollgate.delivery.deliveries import (
     NoDispatcher,
     ReplayDeps,
     StepFunctionsStarter,
     WebhookDispatcher,
     replay_delivery,
 )
-from tollgate.webhooks.receiver import WebhookReceiver
-from tollgate.webhooks.sender import WebhookSender
+from tollgate.delivery.sender import WebhookSender
+from tollgate.events import WEBHOOK_EVENT_TYPES
+from tollgate.execution.attempt import run_attempt
+from tollgate.outbox.relay import RelayDeps, relay_outbox
+from tollgate.scheduler.tick import SchedulerDeps, run_scheduler
+from tollgate_dev.local.client import ApiClient
+from tollgate_dev.local.stepfunctions import create_dispatcher, release_dispatcher
+from tollgate_dev.receiver import WebhookReceiver
 
 pytestmark = pytest.mark.integration
 
@@ -137,7 +137,7 @@ def dispatcher(system_db, local_aws):
 @pytest.fixture
 def secured_tenant(make_tenant, stack_factory):
     """A tenant on a stack that lets endpoints live on 127.0.0.1 (local development)."""
-    stack = stack_factory(webhooks_allow_insecure=True)
+    stack = stack_factory(webhooks_allow_private_targets=True)
     tenant = make_tenant("erp-owner", base_url=stack.api_url)
     return tenant, ApiClient(stack.api_url, tenant.api_key)
 

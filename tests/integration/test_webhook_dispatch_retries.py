@@ -12,7 +12,7 @@ import boto3
 import psycopg
 import pytest
 
-from tollgate.local.stepfunctions import create_dispatcher, release_dispatcher
+from tollgate_dev.local.stepfunctions import create_dispatcher, release_dispatcher
 
 pytestmark = pytest.mark.integration
 

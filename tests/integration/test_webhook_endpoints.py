@@ -7,11 +7,11 @@ from uuid import UUID
 import pytest
 
 from tests.support import outbox_event
-from tollgate.clock import SystemClock, new_id
+from tollgate.core.clock import SystemClock, new_id
+from tollgate.delivery.deliveries import WebhookDispatcher, delivery_id_for
 from tollgate.events import EXTRACTION_FAILED, ExtractionCompleted
-from tollgate.local.client import ApiClient
-from tollgate.outbox import OutboxEvent
-from tollgate.webhooks.deliveries import WebhookDispatcher, delivery_id_for
+from tollgate.outbox.relay import OutboxEvent
+from tollgate_dev.local.client import ApiClient
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +30,7 @@ class RecordingStarter:
 
 @pytest.fixture
 def strict_stack(stack_factory, clean_db):
-    return stack_factory(webhooks_allow_insecure=False)
+    return stack_factory(webhooks_allow_private_targets=False)
 
 
 @pytest.fixture
@@ -190,7 +190,7 @@ def test_fan_out_creates_one_delivery_per_subscribed_endpoint_and_republishing_a
 
 
 def test_a_replay_reopens_the_delivery_under_the_same_id(stack_factory, tenant, system_db, clean_db):
-    from tollgate.webhooks.deliveries import ReplayDeps, replay_delivery
+    from tollgate.delivery.deliveries import ReplayDeps, replay_delivery
 
     local = stack_factory()
     client = ApiClient(local.api_url, tenant.api_key)

@@ -24,17 +24,17 @@ from typing import Any
 import pytest
 
 from tests.support import Trap
-from tollgate.clock import FakeClock
-from tollgate.webhooks.receiver import WebhookReceiver
-from tollgate.webhooks.sender import (
+from tollgate.core.clock import FakeClock
+from tollgate.delivery.sender import (
     DeliveryError,
     DeliveryResult,
     SenderLimits,
     WebhookSender,
     connect_tcp,
 )
-from tollgate.webhooks.signing import new_secret, sign, verify
-from tollgate.webhooks.ssrf import IPAddress
+from tollgate.delivery.signing import new_secret, sign, verify
+from tollgate.delivery.ssrf import IPAddress
+from tollgate_dev.receiver import WebhookReceiver
 
 BODY = b'{"type":"extraction.completed.v1","data":{"job_id":"0b6f","total":"119.00"}}'
 PUBLIC_V4 = "93.184.215.14"  # stands for a tenant's public address; never contacted

@@ -7,7 +7,7 @@ import threading
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 
 from tollgate.api.app import RequestScopedResolver
-from tollgate.local.gateway import build_event
+from tollgate_dev.local.gateway import build_event
 
 # How long one thread may wait for the other on a loaded machine; it runs out only when a test is failing.
 PATIENCE_SECONDS = 60

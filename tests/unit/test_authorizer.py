@@ -4,8 +4,8 @@ from uuid import uuid4
 
 import pytest
 
-from tollgate.auth import Principal, bearer_token, mint_api_key
-from tollgate.authorizer import Denied, authorize_request
+from tollgate.tenants.authorizer import Denied, authorize_request
+from tollgate.tenants.keys import Principal, bearer_token, mint_api_key
 
 ARN = "arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/POST/extraction-jobs"
 

@@ -7,7 +7,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tollgate.chaos.gate import Gate
+from tollgate_dev.chaos.gate import Gate
 
 
 class Echo(BaseHTTPRequestHandler):

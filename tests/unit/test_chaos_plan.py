@@ -3,7 +3,15 @@ jobs that the run is sure to reach, crashes first."""
 
 import pytest
 
-from tollgate.chaos.plan import CRASHPOINTS, MILESTONES, OUTAGES, FaultKind, Milestone, Trigger, plan_faults
+from tollgate_dev.chaos.plan import (
+    CRASHPOINTS,
+    MILESTONES,
+    OUTAGES,
+    FaultKind,
+    Milestone,
+    Trigger,
+    plan_faults,
+)
 
 
 @pytest.mark.parametrize(("jobs", "kills"), [(40, 1), (300, 2)])

@@ -1,7 +1,7 @@
 """The chaos run's bounded waits: they end when the condition holds, and when they run out they say what they
 awaited, how far the system got and what last went wrong, without sleeping in the test."""
 
-from tollgate.chaos.waiting import Waiter
+from tollgate_dev.chaos.waiting import Waiter
 
 
 class FakeTime:

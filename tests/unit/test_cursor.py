@@ -3,8 +3,8 @@ from uuid import uuid4
 
 import pytest
 
-from tollgate.acceptance.service import decode_cursor, encode_cursor
-from tollgate.errors import InvalidRequest
+from tollgate.accept.service import decode_cursor, encode_cursor
+from tollgate.core.errors import InvalidRequest
 
 
 def test_a_cursor_round_trips():

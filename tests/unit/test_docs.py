@@ -1,8 +1,8 @@
 """The README stays true to the code: the configuration table is the settings models', the two
 commands are there."""
 
-from tollgate.docs import configuration_reference, render_readme
 from tollgate.settings import REPO_ROOT
+from tollgate_dev.docs import configuration_reference, render_readme
 
 
 def test_the_configuration_reference_in_the_readme_is_generated_from_the_settings():

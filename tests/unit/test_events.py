@@ -87,10 +87,10 @@ def test_every_producer_builds_its_event_through_the_events_module():
     assert problems == [], "build payloads with tollgate.events models and outbox_row(...)"
     # The check saw the four producers: it is looking where events are written.
     assert {
-        "tollgate/acceptance/service.py",
-        "tollgate/jobs/execution.py",
-        "tollgate/scheduling.py",
-        "tollgate/support.py",
+        "tollgate/accept/service.py",
+        "tollgate/execution/attempt.py",
+        "tollgate/scheduler/tick.py",
+        "tollgate/support/service.py",
     } <= set(writers)
 
 

@@ -5,14 +5,15 @@ inert."""
 import subprocess
 import sys
 
-from tollgate.faults import AFTER_PROVIDER_RESPONSE, BEFORE_SQS_DELETE, CRASH_STATUS, TAKEN, token_name
+from tollgate_dev.faults import AFTER_PROVIDER_RESPONSE, BEFORE_SQS_DELETE, CRASH_STATUS, TAKEN, token_name
 
 MEETS_THE_POINT = """
 import sys
 from pathlib import Path
-from tollgate import faults
+from tollgate.core import checkpoints
+from tollgate_dev import faults
 faults.arm(frozenset(), Path(sys.argv[1]))
-faults.crashpoint(sys.argv[2])
+checkpoints.reached(sys.argv[2])
 """
 
 

@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from tollgate.local.foreground import INTERRUPTED_EXIT_CODE, StartCancelled, run_in_foreground
+from tollgate_dev.local.foreground import INTERRUPTED_EXIT_CODE, StartCancelled, run_in_foreground
 
 
 class System:

@@ -2,7 +2,12 @@
 
 import pytest
 
-from tollgate.limiter.aimd import AimdPolicy, ProviderHeadroom, capped_ceiling, headroom_from_headers
+from tollgate.execution.limiter.aimd import (
+    AimdPolicy,
+    ProviderHeadroom,
+    capped_ceiling,
+    headroom_from_headers,
+)
 
 
 def test_a_429_halves_the_share_and_a_success_adds_a_step_of_the_ceiling() -> None:

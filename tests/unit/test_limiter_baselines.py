@@ -2,9 +2,9 @@
 
 import pytest
 
-from tollgate.clock import FakeClock
-from tollgate.limiter.base import Denied, Outcome, Permit, Reservation
-from tollgate.limiter.baselines import NoLimiter, PerWorkerAimdLimiter
+from tollgate.core.clock import FakeClock
+from tollgate.execution.limiter.base import Denied, Outcome, Permit, Reservation
+from tollgate_dev.baselines import NoLimiter, PerWorkerAimdLimiter
 
 RESERVATION = Reservation("pool", 1000)
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tollgate.limiter.dynamodb import ShardState, bucket_wait, derive_shards, split_evenly
+from tollgate.execution.limiter.dynamodb import ShardState, bucket_wait, derive_shards, split_evenly
 
 NOW = 1_000.0
 

@@ -6,13 +6,14 @@ from typing import Any
 import boto3
 import pytest
 
-from tollgate.clock import FakeClock
-from tollgate.limiter.base import Denied, Permit, Reservation
-from tollgate.limiter.baselines import NoLimiter, PerWorkerAimdLimiter
-from tollgate.limiter.dynamodb import DynamoDbLimiter, LocalAllowance
-from tollgate.limiter.factory import build_limiter
-from tollgate.limiter.local import InProcessLimiter
+from tollgate.core.clock import FakeClock
+from tollgate.execution.limiter.base import Denied, Permit, Reservation
+from tollgate.execution.limiter.dynamodb import DynamoDbLimiter, LocalAllowance
+from tollgate.execution.limiter.factory import build_limiter
+from tollgate.execution.limiter.local import InProcessLimiter
 from tollgate.settings import LimiterSettings
+from tollgate_dev.baselines import NoLimiter, PerWorkerAimdLimiter
+from tollgate_dev.worker import HarnessWorkerSettings, LimiterMode, baseline_limiter
 
 
 def settings(**values: Any) -> LimiterSettings:
@@ -24,8 +25,8 @@ def settings(**values: Any) -> LimiterSettings:
     [
         ({}, InProcessLimiter),
         ({"limiter_table": "budget"}, DynamoDbLimiter),
-        ({"limiter_table": "budget", "limiter_mode": "per_worker_aimd"}, PerWorkerAimdLimiter),
-        ({"limiter_mode": "no_limit"}, NoLimiter),
+        # A benchmark's name for a baseline means nothing to production settings: the budget is kept.
+        ({"limiter_table": "budget", "limiter_mode": "no_limit"}, DynamoDbLimiter),
     ],
 )
 def test_the_settings_choose_the_limiter(values: dict[str, Any], expected: type) -> None:
@@ -34,9 +35,18 @@ def test_the_settings_choose_the_limiter(values: dict[str, Any], expected: type)
     assert isinstance(build_limiter(settings(**values), FakeClock(), dynamodb=client), expected)
 
 
-def test_an_unknown_mode_is_refused_at_start() -> None:
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [("per_worker_aimd", PerWorkerAimdLimiter), ("no_limit", NoLimiter), ("budget", type(None))],
+)
+def test_the_harness_worker_chooses_a_baseline_by_name(mode: LimiterMode, expected: type) -> None:
+    assert isinstance(baseline_limiter(mode, settings(limiter_table="budget"), FakeClock()), expected)
+
+
+def test_an_unknown_mode_is_refused_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LIMITER_MODE", "optimistic")
     with pytest.raises(ValueError, match="limiter_mode"):
-        settings(limiter_mode="optimistic")
+        HarnessWorkerSettings()
 
 
 def test_the_local_allowance_grants_at_most_its_calls_in_any_minute() -> None:

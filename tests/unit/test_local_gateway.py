@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import psycopg
 
-from tollgate.local.client import ApiClient
-from tollgate.local.gateway import LocalGateway
+from tollgate_dev.local.client import ApiClient
+from tollgate_dev.local.gateway import LocalGateway
 
 
 def test_an_authorizer_failure_is_a_503_with_retry_after_and_the_api_is_not_called():

@@ -8,7 +8,7 @@ import secrets
 
 from aws_lambda_powertools import Logger
 
-from tollgate.local.logs import ReadableFormatter, as_component, logs_into
+from tollgate_dev.local.logs import ReadableFormatter, as_component, logs_into
 
 
 def capture(service: str) -> tuple[Logger, io.StringIO]:

@@ -11,7 +11,7 @@ import secrets
 import pytest
 from aws_lambda_powertools import Logger
 
-from tollgate.observability import TraceContext, log_context, trace_for_request, trace_keys
+from tollgate.core.observability import TraceContext, log_context, trace_for_request, trace_keys
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 

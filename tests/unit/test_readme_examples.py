@@ -8,10 +8,15 @@ import json
 
 import pytest
 
-from tollgate.extraction.schema import Invoice
-from tollgate.extraction.validation import KnownSupplier, TenantPolicy, ValidationReport, validate_invoice
-from tollgate.llm.simulated_extraction import extract
+from tollgate.execution.extraction.schema import Invoice
+from tollgate.execution.extraction.validation import (
+    KnownSupplier,
+    TenantPolicy,
+    ValidationReport,
+    validate_invoice,
+)
 from tollgate.settings import REPO_ROOT
+from tollgate_dev.simulator.extraction import extract
 
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
 # acme after `tollgate tenants create acme` (the default currencies) and the walkthrough's add-supplier.

@@ -1,8 +1,8 @@
 """What makes two requests the same request: content and result-changing options, nothing else."""
 
-from tollgate.acceptance.models import CreateJobRequest
-from tollgate.acceptance.service import estimate_tokens, request_hash
-from tollgate.documents import canonicalize
+from tollgate.accept.models import CreateJobRequest
+from tollgate.accept.service import estimate_tokens, request_hash
+from tollgate.core.documents import canonicalize
 
 
 def _request(**fields) -> CreateJobRequest:

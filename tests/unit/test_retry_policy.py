@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 
-from tollgate.jobs.retry import RetryPolicy, next_attempt_at
+from tollgate.core.retry import RetryPolicy, next_attempt_at
 
 NOW = datetime(2026, 5, 1, tzinfo=UTC)
 POLICY = RetryPolicy(base_seconds=2, cap_seconds=60, attempt_timeout_seconds=30)

@@ -8,8 +8,8 @@ from decimal import Decimal
 
 import pytest
 
-from tollgate.extraction.schema import Invoice
-from tollgate.samples import (
+from tollgate.execution.extraction.schema import Invoice
+from tollgate_dev.samples import (
     CONSISTENT_KINDS,
     INCONSISTENT_TOTAL,
     INJECTION,

@@ -9,11 +9,10 @@ from decimal import Decimal
 
 import pytest
 
-from tollgate.extraction.accuracy import FIELDS, AccuracyReport, compare_invoice
-from tollgate.extraction.prompt import build_messages, document_pages
-from tollgate.extraction.schema import Invoice
-from tollgate.llm.simulated_extraction import MISTAKE, extract, normalize_money, parse_date
-from tollgate.samples import (
+from tollgate.execution.extraction.prompt import build_messages, document_pages
+from tollgate.execution.extraction.schema import Invoice
+from tollgate_dev.accuracy import FIELDS, AccuracyReport, compare_invoice
+from tollgate_dev.samples import (
     INJECTION,
     INJECTIONS,
     KINDS,
@@ -21,6 +20,7 @@ from tollgate.samples import (
     generate_invoice,
     generate_invoices,
 )
+from tollgate_dev.simulator.extraction import MISTAKE, extract, normalize_money, parse_date
 
 
 @pytest.mark.parametrize("kind", KINDS)

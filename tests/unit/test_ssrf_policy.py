@@ -15,8 +15,8 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from tests.support import Trap
-from tollgate.webhooks.sender import DeliveryError, SenderLimits, WebhookSender
-from tollgate.webhooks.ssrf import (
+from tollgate.delivery.sender import DeliveryError, SenderLimits, WebhookSender
+from tollgate.delivery.ssrf import (
     IPAddress,
     ResolutionFailed,
     TargetRefused,

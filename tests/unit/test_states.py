@@ -1,6 +1,12 @@
 """The job state machine: terminal states are final, cancellation only before work or between tries."""
 
-from tollgate.jobs.states import CANCELLABLE_STATES, TERMINAL_STATES, TRANSITIONS, JobState, can_transition
+from tollgate.core.job_states import (
+    CANCELLABLE_STATES,
+    TERMINAL_STATES,
+    TRANSITIONS,
+    JobState,
+    can_transition,
+)
 
 
 def test_terminal_states_have_no_way_out():

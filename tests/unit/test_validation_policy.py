@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tollgate.extraction.schema import Invoice
-from tollgate.extraction.validation import (
+from tollgate.execution.extraction.schema import Invoice
+from tollgate.execution.extraction.validation import (
     KnownSupplier,
     TenantPolicy,
     iban_is_valid,

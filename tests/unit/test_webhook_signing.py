@@ -8,9 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tollgate.clock import FakeClock
-from tollgate.webhooks.receiver import WebhookReceiver
-from tollgate.webhooks.signing import (
+from tollgate.core.clock import FakeClock
+from tollgate.delivery.signing import (
     BadSignature,
     FutureTimestamp,
     InvalidSecret,
@@ -23,6 +22,7 @@ from tollgate.webhooks.signing import (
     sign,
     verify,
 )
+from tollgate_dev.receiver import WebhookReceiver
 
 # Test vectors published with the Standard Webhooks reference libraries
 # (github.com/standard-webhooks/standard-webhooks: libraries/python/tests/test_webhooks.py

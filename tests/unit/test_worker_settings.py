@@ -29,8 +29,6 @@ def test_a_deployed_worker_with_its_budget_table_and_key_starts():
     [
         ({"limiter_table": None}, "LIMITER_TABLE is not set"),
         ({"openai_api_key": None, "openai_base_url": "http://127.0.0.1:9/v1"}, "OPENAI_API_KEY is not set"),
-        ({"limiter_mode": "no_limit"}, "LIMITER_MODE is 'no_limit'"),
-        ({"limiter_mode": "per_worker_aimd"}, "LIMITER_MODE is 'per_worker_aimd'"),
     ],
 )
 def test_a_deployed_worker_refuses_to_start_without_what_its_promises_need(change, named):
@@ -53,3 +51,8 @@ def test_a_local_worker_keeps_the_per_process_budget_and_may_call_a_compatible_s
 def test_a_worker_with_no_key_and_no_server_refuses_instead_of_sending_a_placeholder_key():
     with pytest.raises(ValidationError, match="set OPENAI_API_KEY"):
         settings(**REQUIRED)
+
+
+def test_the_harness_switches_are_not_settings_of_a_production_worker():
+    """Crash points and the benchmark's baseline limiters belong to the harness's own worker entrypoint."""
+    assert not set(WorkerSettings.model_fields) & {"crashpoints", "crash_tokens_dir", "limiter_mode"}

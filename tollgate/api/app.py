@@ -31,8 +31,8 @@ from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 from pydantic import BaseModel
 
 from tollgate import __version__
-from tollgate.acceptance.models import CreateJobRequest, JobPage, JobResultView, JobView
-from tollgate.acceptance.service import (
+from tollgate.accept.models import CreateJobRequest, JobPage, JobResultView, JobView
+from tollgate.accept.service import (
     AcceptanceDeps,
     accept_job,
     cancel_job,
@@ -43,7 +43,7 @@ from tollgate.acceptance.service import (
 from tollgate.api.json_body import UnacceptableJson, load_request_json
 from tollgate.api.problems import PROBLEM_CONTENT_TYPE, problem_response
 from tollgate.api.webhook_routes import register_webhook_routes
-from tollgate.errors import (
+from tollgate.core.errors import (
     DependencyUnavailable,
     InvalidRequest,
     MissingIdempotencyKey,
@@ -54,10 +54,10 @@ from tollgate.errors import (
     UnsupportedMediaType,
     ValidationFailed,
 )
-from tollgate.jobs.states import JobState
-from tollgate.observability import log_context, trace_for_request
-from tollgate.webhooks.deliveries import ReplayDeps
-from tollgate.webhooks.endpoints import EndpointDeps
+from tollgate.core.job_states import JobState
+from tollgate.core.observability import log_context, trace_for_request
+from tollgate.delivery.deliveries import ReplayDeps
+from tollgate.delivery.endpoints import EndpointDeps
 
 logger = Logger(service="tollgate-api")
 

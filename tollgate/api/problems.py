@@ -7,7 +7,7 @@ from typing import Any
 
 from aws_lambda_powertools.event_handler import Response
 
-from tollgate.errors import TollgateError
+from tollgate.core.errors import TollgateError
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 PROBLEM_TYPE_BASE = "https://tollgate.dev/problems/"

@@ -13,8 +13,8 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
-from tollgate.errors import NotFound, TollgateError
-from tollgate.webhooks.deliveries import (
+from tollgate.core.errors import NotFound, TollgateError
+from tollgate.delivery.deliveries import (
     DeliveryList,
     ReplayDeps,
     ReplayResult,
@@ -22,7 +22,7 @@ from tollgate.webhooks.deliveries import (
     replay_delivery,
     replay_failed_since,
 )
-from tollgate.webhooks.endpoints import (
+from tollgate.delivery.endpoints import (
     EndpointCreate,
     EndpointDeps,
     EndpointList,

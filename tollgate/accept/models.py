@@ -1,0 +1,138 @@
+"""The public shapes of the acceptance API: what tenants send and what they get back."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from tollgate.core.job_states import JobState
+
+DOCUMENT_FORMAT = "ocr-pages/v1"
+SCHEMA_VERSIONS = ("invoice.v1",)
+
+PageText = Annotated[str, StringConstraints(min_length=1, max_length=200_000)]
+# PostgreSQL text and jsonb cannot hold U+0000: strings stored there say so in the schema, so that such a
+# value is refused as a 422 instead of failing in the database.
+NO_NUL = r"^[^\x00]*$"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class OcrPage(Strict):
+    text: PageText = Field(description="The OCR text of one page.")
+
+
+class InlineDocument(Strict):
+    """OCR text sent with the request; stored by content digest."""
+
+    pages: list[OcrPage] = Field(min_length=1, max_length=200)
+
+
+class DocumentReference(Strict):
+    """An object version the tenant already stored under its own prefix (UTF-8 text, pages split by \\f)."""
+
+    s3_key: Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+    version_id: Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+
+
+class ModelPolicy(StrEnum):
+    AUTO = "auto"
+    SMALL = "small"
+    LARGE = "large"
+
+
+class ExtractionOptions(Strict):
+    """Options that change the result, so they are part of the request's identity."""
+
+    language_hint: Annotated[str, StringConstraints(pattern=r"^[a-z]{2}$")] | None = None
+    currency_hint: Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")] | None = None
+
+
+def _key_rule_on_every_key(schema: dict[str, Any]) -> None:
+    """pydantic states a rule on dict keys as patternProperties, which leaves every other key unconstrained;
+    the rule holds for every key (propertyNames) and the value rule for every value."""
+    ((pattern, values),) = schema.pop("patternProperties").items()
+    schema["propertyNames"] = {**schema.get("propertyNames", {}), "pattern": pattern}
+    schema["additionalProperties"] = values
+
+
+class CreateJobRequest(Strict):
+    job_type: Literal["invoice_extraction"] = "invoice_extraction"
+    document: InlineDocument | DocumentReference
+    schema_version: Literal["invoice.v1"] = "invoice.v1"
+    model_policy: ModelPolicy = ModelPolicy.AUTO
+    options: ExtractionOptions = ExtractionOptions()
+    # Strict: a value of another JSON type is refused, never coerced (false is no priority, "600" no number).
+    priority: int = Field(
+        default=5, ge=0, le=9, strict=True, description="0 runs last, 9 first; not part of identity."
+    )
+    deadline_seconds: int | None = Field(
+        default=None, ge=60, strict=True, description="Seconds from acceptance by which the job must finish."
+    )
+    metadata: dict[
+        Annotated[str, StringConstraints(max_length=64, pattern=NO_NUL)],
+        Annotated[str, StringConstraints(max_length=512, pattern=NO_NUL)],
+    ] = Field(
+        default_factory=dict,
+        max_length=20,
+        description="Free labels such as a filename; not part of identity.",
+        json_schema_extra=_key_rule_on_every_key,
+    )
+
+
+class DocumentView(BaseModel):
+    document_id: UUID
+    sha256: str
+    size_bytes: int
+    page_count: int
+
+
+class JobLinks(BaseModel):
+    self: str
+    result: str
+    cancel: str
+
+
+class JobView(BaseModel):
+    job_id: UUID
+    job_type: str
+    state: JobState
+    state_version: int
+    schema_version: str
+    model_policy: str
+    priority: int
+    attempt: int
+    max_attempts: int
+    document: DocumentView
+    metadata: dict[str, str]
+    deadline_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    last_error: dict[str, object] | None
+    links: JobLinks
+
+
+class JobPage(BaseModel):
+    items: list[JobView]
+    next_cursor: str | None = Field(description="Pass as ?cursor= to get the next page; null at the end.")
+
+
+class JobResultView(BaseModel):
+    job_id: UUID
+    state: JobState
+    policy_version: str
+    result: dict[str, object]
+    review_reasons: list[dict[str, object]]
+    created_at: datetime
+
+
+class Accepted(BaseModel):
+    job: JobView
+    replayed: bool

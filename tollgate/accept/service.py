@@ -1,0 +1,357 @@
+"""Acceptance use cases: accept_job, get_job, list_jobs, get_job_result, cancel_job.
+
+accept_job writes the job and its ``extraction.requested.v1`` outbox event in one transaction, after the
+idempotency lookup and the admission checks, all under a per-tenant transaction lock.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from psycopg.types.json import Jsonb
+
+from tollgate.accept.models import (
+    DOCUMENT_FORMAT,
+    Accepted,
+    CreateJobRequest,
+    DocumentView,
+    InlineDocument,
+    JobLinks,
+    JobPage,
+    JobResultView,
+    JobView,
+)
+from tollgate.core.clock import Clock, IdFactory
+from tollgate.core.documents import (
+    CanonicalDocument,
+    DocumentStore,
+    document_from_inline,
+    document_from_reference,
+    document_key,
+)
+from tollgate.core.errors import (
+    IdempotencyConflict,
+    InvalidRequest,
+    InvalidState,
+    NotFound,
+    SystemOverloaded,
+    TenantOverQuota,
+    Unauthorized,
+    ValidationFailed,
+)
+from tollgate.core.job_states import JobState
+from tollgate.db import Database
+from tollgate.db.database import Conn
+from tollgate.events import ExtractionRequested, outbox_row
+from tollgate.outbox.nudge import NoNudge, Nudger
+from tollgate.settings import ApiSettings
+
+# Instructions, schema and delimiters around the OCR text, in tokens; the text itself is ~4 chars a token.
+PROMPT_OVERHEAD_TOKENS = 800
+CHARS_PER_TOKEN = 4
+
+
+@dataclass(frozen=True)
+class AcceptanceDeps:
+    db: Database
+    documents: DocumentStore
+    settings: ApiSettings
+    clock: Clock
+    new_id: IdFactory
+    nudger: Nudger = field(default_factory=NoNudge)
+
+
+def request_hash(request: CreateJobRequest, document: CanonicalDocument) -> str:
+    """Identity of a request: everything that changes the result, nothing that does not.
+
+    Priority, deadline and metadata (a filename, say) are left out; defaults are written out, so sending a
+    default explicitly is the same request as leaving it out.
+    """
+    identity = {
+        "job_type": request.job_type,
+        "document": {"format": DOCUMENT_FORMAT, "sha256": document.sha256},
+        "schema_version": request.schema_version,
+        "model_policy": request.model_policy.value,
+        "options": request.options.model_dump(mode="json"),
+    }
+    canonical = json.dumps(identity, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def estimate_tokens(document: CanonicalDocument, max_output_tokens: int) -> int:
+    return PROMPT_OVERHEAD_TOKENS + math.ceil(document.char_count / CHARS_PER_TOKEN) + max_output_tokens
+
+
+def accept_job(
+    deps: AcceptanceDeps,
+    tenant_id: UUID,
+    idempotency_key: str,
+    request: CreateJobRequest,
+    trace_context: str | None = None,
+) -> Accepted:
+    settings = deps.settings
+    deadline_seconds = request.deadline_seconds or settings.default_deadline_seconds
+    if deadline_seconds > settings.max_deadline_seconds:
+        raise ValidationFailed(
+            f"deadline_seconds must be at most {settings.max_deadline_seconds}",
+            errors=[{"loc": ["body", "deadline_seconds"], "msg": "too large"}],
+        )
+    # Reading a referenced object writes nothing, so it happens before the transaction opens.
+    if isinstance(request.document, InlineDocument):
+        document = document_from_inline(request.document, settings.max_document_bytes)
+    else:
+        document = document_from_reference(
+            request.document, tenant_id, deps.documents, settings.max_document_bytes
+        )
+    fingerprint = request_hash(request, document)
+    estimated = estimate_tokens(document, settings.max_output_tokens)
+    q = deps.db.q
+    # The S3 put happens before the tenant's acceptance lock is taken, so a slow put never holds back the
+    # tenant's other requests. The object is content-addressed: if this request is then refused (a
+    # conflict, a full quota), the next request with this content reuses it.
+    upload = None if _known_document(deps, tenant_id, document) else _upload(deps, tenant_id, document)
+
+    with deps.db.transaction(tenant_id) as conn:
+        conn.execute(q.lock_tenant_acceptance, {"tenant_id": tenant_id})
+        existing = conn.execute(
+            q.find_job_by_idempotency_key, {"tenant_id": tenant_id, "idempotency_key": idempotency_key}
+        ).fetchone()
+        if existing is not None:
+            if existing["request_hash"] != fingerprint:
+                raise IdempotencyConflict(
+                    "this Idempotency-Key was first used with a different document or options; "
+                    "use a new key for a new request",
+                    job_id=str(existing["job_id"]),
+                )
+            return Accepted(job=job_view(existing), replayed=True)
+
+        _admit(conn, deps, tenant_id, document.size_bytes, estimated)
+        document_id = _store_document(conn, deps, tenant_id, document, upload)
+
+        job_id = deps.new_id()
+        now = deps.clock.now()
+        conn.execute(
+            q.insert_job,
+            {
+                "job_id": job_id,
+                "tenant_id": tenant_id,
+                "idempotency_key": idempotency_key,
+                "request_hash": fingerprint,
+                "job_type": request.job_type,
+                "document_id": document_id,
+                "schema_version": request.schema_version,
+                "model_policy": request.model_policy.value,
+                "options": Jsonb(request.options.model_dump(mode="json")),
+                "metadata": Jsonb(request.metadata),
+                "priority": request.priority,
+                "max_attempts": settings.default_max_attempts,
+                "estimated_tokens": estimated,
+                "document_bytes": document.size_bytes,
+                "deadline_at": now + timedelta(seconds=deadline_seconds),
+                "trace_context": trace_context,
+            },
+        )
+        conn.execute(
+            q.insert_outbox_event,
+            outbox_row(
+                ExtractionRequested(job_id=job_id, tenant_id=tenant_id, state_version=1),
+                event_id=deps.new_id(),
+                trace_context=trace_context,
+            ),
+        )
+        row = conn.execute(q.get_job, {"tenant_id": tenant_id, "job_id": job_id}).fetchone()
+    assert row is not None
+    # After the commit, never before: the relay must find the event when it wakes.
+    deps.nudger.nudge()
+    return Accepted(job=job_view(row), replayed=False)
+
+
+def _admit(conn: Conn, deps: AcceptanceDeps, tenant_id: UUID, size_bytes: int, tokens: int) -> None:
+    """Refuses work the system cannot take now, before anything is written."""
+    q, settings = deps.db.q, deps.settings
+    limits = conn.execute(q.tenant_admission_limits, {"tenant_id": tenant_id}).fetchone()
+    if limits is None:
+        raise Unauthorized("the API key's tenant no longer exists")
+    usage = conn.execute(q.tenant_pending_usage, {"tenant_id": tenant_id}).fetchone()
+    assert usage is not None
+    checks = (
+        ("jobs", usage["jobs"] + 1, limits["max_pending_jobs"] or settings.tenant_max_pending_jobs),
+        (
+            "bytes",
+            usage["bytes"] + size_bytes,
+            limits["max_pending_bytes"] or settings.tenant_max_pending_bytes,
+        ),
+        (
+            "tokens",
+            usage["tokens"] + tokens,
+            limits["max_pending_tokens"] or settings.tenant_max_pending_tokens,
+        ),
+    )
+    for dimension, wanted, limit in checks:
+        if wanted > limit:
+            raise TenantOverQuota(
+                f"accepting this job would take the tenant's unfinished {dimension} to {wanted}, "
+                f"over its limit of {limit}; retry when earlier jobs finish",
+                retry_after=settings.admission_retry_after_seconds,
+                limit_dimension=dimension,
+            )
+    backlog = conn.execute(q.system_backlog, {"cap": settings.system_max_backlog}).fetchone()
+    assert backlog is not None
+    if backlog["backlog"] >= settings.system_max_backlog:
+        raise SystemOverloaded(
+            "the system is at its backlog capacity; nothing was accepted",
+            retry_after=settings.admission_retry_after_seconds,
+        )
+
+
+def _known_document(deps: AcceptanceDeps, tenant_id: UUID, document: CanonicalDocument) -> UUID | None:
+    with deps.db.transaction(tenant_id) as conn:
+        row = conn.execute(
+            deps.db.q.find_document_by_digest, {"tenant_id": tenant_id, "sha256": document.sha256}
+        ).fetchone()
+    return row["document_id"] if row else None
+
+
+def _upload(deps: AcceptanceDeps, tenant_id: UUID, document: CanonicalDocument) -> tuple[str, str]:
+    """Stores the canonical copy, which workers read whether the document came inline or by reference,
+    so a tenant changing its own object later changes nothing here. Returns the key and version."""
+    s3_key = document_key(tenant_id, document.sha256)
+    return s3_key, deps.documents.put(s3_key, document.body)
+
+
+def _store_document(
+    conn: Conn,
+    deps: AcceptanceDeps,
+    tenant_id: UUID,
+    document: CanonicalDocument,
+    upload: tuple[str, str] | None,
+) -> UUID:
+    known = conn.execute(
+        deps.db.q.find_document_by_digest, {"tenant_id": tenant_id, "sha256": document.sha256}
+    ).fetchone()
+    if known is not None:  # also when a concurrent request with the same content stored it first
+        document_id: UUID = known["document_id"]
+        return document_id
+    s3_key, version_id = upload or _upload(deps, tenant_id, document)
+    document_id = deps.new_id()
+    conn.execute(
+        deps.db.q.insert_document,
+        {
+            "document_id": document_id,
+            "tenant_id": tenant_id,
+            "sha256": document.sha256,
+            "s3_key": s3_key,
+            "s3_version_id": version_id,
+            "size_bytes": document.size_bytes,
+            "page_count": len(document.pages),
+        },
+    )
+    return document_id
+
+
+def job_view(row: dict[str, Any]) -> JobView:
+    path = f"/extraction-jobs/{row['job_id']}"
+    return JobView(
+        job_id=row["job_id"],
+        job_type=row["job_type"],
+        state=JobState(row["state"]),
+        state_version=row["state_version"],
+        schema_version=row["schema_version"],
+        model_policy=row["model_policy"],
+        priority=row["priority"],
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        document=DocumentView(
+            document_id=row["document_id"],
+            sha256=row["content_sha256"],
+            size_bytes=row["size_bytes"],
+            page_count=row["page_count"],
+        ),
+        metadata=row["metadata"],
+        deadline_at=row["deadline_at"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        finished_at=row["finished_at"],
+        last_error=row["last_error"],
+        links=JobLinks(self=path, result=f"{path}/result", cancel=f"{path}/cancel"),
+    )
+
+
+def get_job(db: Database, tenant_id: UUID, job_id: UUID) -> JobView:
+    with db.transaction(tenant_id) as conn:
+        row = conn.execute(db.q.get_job, {"tenant_id": tenant_id, "job_id": job_id}).fetchone()
+    if row is None:
+        raise NotFound(f"no extraction job {job_id}")
+    return job_view(row)
+
+
+def encode_cursor(created_at: datetime, job_id: UUID) -> str:
+    raw = json.dumps({"c": created_at.isoformat(), "i": str(job_id)}).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        data = json.loads(raw)
+        return datetime.fromisoformat(data["c"]), UUID(data["i"])
+    except (binascii.Error, ValueError, KeyError, TypeError):
+        raise InvalidRequest("the cursor is not one this API handed out") from None
+
+
+def list_jobs(
+    db: Database, tenant_id: UUID, *, state: JobState | None, limit: int, cursor: str | None
+) -> JobPage:
+    after_created_at, after_job_id = decode_cursor(cursor) if cursor else (None, None)
+    with db.transaction(tenant_id) as conn:
+        rows = conn.execute(
+            db.q.list_jobs,
+            {
+                "tenant_id": tenant_id,
+                "state": state.value if state else None,
+                "after_created_at": after_created_at,
+                "after_job_id": after_job_id,
+                "limit": limit + 1,
+            },
+        ).fetchall()
+    items = [job_view(row) for row in rows[:limit]]
+    next_cursor = encode_cursor(items[-1].created_at, items[-1].job_id) if len(rows) > limit else None
+    return JobPage(items=items, next_cursor=next_cursor)
+
+
+def get_job_result(db: Database, tenant_id: UUID, job_id: UUID) -> JobResultView:
+    with db.transaction(tenant_id) as conn:
+        row = conn.execute(db.q.get_job_result, {"tenant_id": tenant_id, "job_id": job_id}).fetchone()
+        job = (
+            None if row else conn.execute(db.q.get_job, {"tenant_id": tenant_id, "job_id": job_id}).fetchone()
+        )
+    if row is not None:
+        return JobResultView.model_validate(row)
+    if job is None:
+        raise NotFound(f"no extraction job {job_id}")
+    state = JobState(job["state"])
+    if state.is_terminal:
+        raise InvalidState(f"the job ended {state.value} and has no result", state=state.value)
+    raise InvalidState(f"the job is {state.value}; its result is not ready yet", state=state.value)
+
+
+def cancel_job(db: Database, tenant_id: UUID, job_id: UUID) -> JobView:
+    with db.transaction(tenant_id) as conn:
+        cancelled = conn.execute(db.q.cancel_job, {"tenant_id": tenant_id, "job_id": job_id}).fetchone()
+        row = conn.execute(db.q.get_job, {"tenant_id": tenant_id, "job_id": job_id}).fetchone()
+    if row is None:
+        raise NotFound(f"no extraction job {job_id}")
+    if cancelled is None and row["state"] != JobState.CANCELLED:
+        raise InvalidState(
+            f"a {row['state']} job cannot be cancelled; only READY or RETRY_SCHEDULED jobs can",
+            state=row["state"],
+        )
+    return job_view(row)

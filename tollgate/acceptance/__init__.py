@@ -1,1 +1,0 @@
-"""Accepting extraction jobs: validation, idempotency, admission and the transactional outbox."""

@@ -1,0 +1,179 @@
+"""The ``tollgate`` command: tenants, database migrations, the OpenAPI document, the event schemas and the
+support commands.
+
+Other packages add commands through the ``tollgate.cli`` entry point group: the development package adds
+``local up|demo|chaos`` and ``docs``, and says where the database is when DATABASE_URL does not. This module
+imports none of them by name.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import SecretStr, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from rich.console import Console
+
+from tollgate.cli.support import deliveries_app, dlq_app, jobs_app
+from tollgate.settings import MIGRATIONS_DIR, REPO_ROOT, DatabaseSettings
+
+app = typer.Typer(
+    help="Tollgate: asynchronous, rate-limited LLM jobs for many tenants.", no_args_is_help=True
+)
+tenants_app = typer.Typer(help="Tenants and their API keys.", no_args_is_help=True)
+db_app = typer.Typer(help="The database schema.", no_args_is_help=True)
+events_app = typer.Typer(help="The events Tollgate publishes and their JSON Schemas.", no_args_is_help=True)
+app.add_typer(tenants_app, name="tenants")
+app.add_typer(db_app, name="db")
+app.add_typer(events_app, name="events")
+app.add_typer(jobs_app, name="jobs")
+app.add_typer(dlq_app, name="dlq")
+app.add_typer(deliveries_app, name="deliveries")
+
+console = Console()
+# What a script capturing stdout must not get mixed into its value (e.g. the API key of `tenants create`).
+notes = Console(stderr=True)
+DataDir = Annotated[Path, typer.Option(help="Where the embedded PostgreSQL keeps its data.")]
+DEFAULT_DATA_DIR = Path(".tollgate")
+
+
+PLUGIN_GROUP = "tollgate.cli"
+# Where the database is when DATABASE_URL is not set, offered by a plugin (the development package's embedded
+# server); the first one that answers wins. Without one, DATABASE_URL must be set.
+database_fallbacks: list[Callable[[Path], str]] = []
+
+
+def _database_url(data_dir: Path) -> str:
+    """DATABASE_URL when set; otherwise what a plugin offers (the embedded server of `tollgate local up`)."""
+    try:
+        return DatabaseUrl().database_url.get_secret_value()
+    except ValidationError:
+        pass
+    if database_fallbacks:
+        return database_fallbacks[0](data_dir)
+    notes.print("[red]DATABASE_URL is not set[/red]")
+    raise typer.Exit(2)
+
+
+class DatabaseUrl(BaseSettings):
+    model_config = SettingsConfigDict(extra="ignore")
+
+    database_url: SecretStr
+
+
+@tenants_app.command("create")
+def tenants_create(name: str, data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
+    """Create a tenant and print its API key (shown this once, never stored)."""
+    from tollgate.core.clock import new_id
+    from tollgate.core.errors import TollgateError
+    from tollgate.db import build_database
+    from tollgate.db.migrations import apply_migrations
+    from tollgate.tenants.keys import create_tenant
+
+    url = _database_url(data_dir)
+    apply_migrations(url, MIGRATIONS_DIR)
+    db = build_database(DatabaseSettings(database_url=SecretStr(url), database_role="tollgate_system"))
+    try:
+        tenant = create_tenant(db, name, new_id)
+    except TollgateError as error:
+        console.print(f"[red]{error.detail}[/red]")
+        raise typer.Exit(2) from None
+    finally:
+        db.close()
+    notes.print(f"tenant {tenant.name} ({tenant.tenant_id})", highlight=False)
+    # The key alone on stdout, so scripts can capture it: API_KEY=$(tollgate tenants create acme)
+    print(tenant.api_key)
+
+
+@tenants_app.command("add-supplier")
+def tenants_add_supplier(
+    tenant: Annotated[str, typer.Argument(help="The tenant's name.")],
+    supplier: Annotated[str, typer.Argument(help="The supplier's legal name as it appears on invoices.")],
+    iban: Annotated[
+        str | None, typer.Option(help="The supplier's IBAN on file (checked on invoices).")
+    ] = None,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+) -> None:
+    """Add a supplier to a tenant's master data; invoices from unknown suppliers go to review."""
+    from tollgate.core.clock import new_id
+    from tollgate.core.errors import TollgateError
+    from tollgate.db import build_database
+    from tollgate.tenants.suppliers import add_supplier, find_tenant
+
+    url = _database_url(data_dir)
+    db = build_database(DatabaseSettings(database_url=SecretStr(url), database_role="tollgate_system"))
+    try:
+        add_supplier(db, find_tenant(db, tenant), supplier, iban, new_id)
+    except TollgateError as error:
+        console.print(f"[red]{error.detail}[/red]")
+        raise typer.Exit(2) from None
+    finally:
+        db.close()
+    console.print(f"supplier {supplier!r} added to {tenant}")
+
+
+@db_app.command("migrate")
+def db_migrate(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
+    """Apply pending migrations (DATABASE_URL, or the embedded server)."""
+    from tollgate.db.migrations import apply_migrations
+
+    applied = apply_migrations(_database_url(data_dir), MIGRATIONS_DIR)
+    names = ", ".join(f"{m.version:04d}_{m.name}" for m in applied) or "nothing to apply"
+    console.print(f"migrations: {names}")
+
+
+@app.command("openapi")
+def openapi(
+    output: Annotated[Path | None, typer.Option(help="File to write; stdout when absent.")] = None,
+) -> None:
+    """Write the API's OpenAPI document."""
+    from tollgate.api.app import export_openapi
+
+    document = export_openapi()
+    if output is None:
+        sys.stdout.write(document)
+    else:
+        output.write_text(document, encoding="utf-8")
+
+
+@events_app.command("schemas")
+def events_schemas(
+    output_dir: Annotated[Path, typer.Option(help="Folder of the schema files.")] = REPO_ROOT
+    / "events"
+    / "schemas",
+    check: Annotated[bool, typer.Option(help="Fail if the folder differs from the export.")] = False,
+) -> None:
+    """Write one JSON Schema file per event payload and per webhook body, from the event models."""
+    from tollgate.events import schema_drift, write_schemas
+
+    if check:
+        drift = schema_drift(output_dir)
+        if drift:
+            console.print(f"event schemas out of date ({', '.join(drift)}): run `make schemas`")
+            raise typer.Exit(1)
+        return
+    for path in write_schemas(output_dir):
+        console.print(f"wrote {path}")
+
+
+def load_plugins() -> None:
+    """Lets each installed ``tollgate.cli`` entry point add its commands (once per process)."""
+    if getattr(app, "_plugins_loaded", False):
+        return
+    app._plugins_loaded = True  # type: ignore[attr-defined]
+    for entry_point in entry_points(group=PLUGIN_GROUP):
+        entry_point.load()(app)
+
+
+def main() -> None:
+    load_plugins()
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,481 @@
+"""``tollgate jobs``, ``tollgate dlq`` and ``tollgate deliveries``: support commands for people and scripts.
+
+They run against AWS (the default credential chain, settings from the environment) or against a running
+``tollgate local up``, found through the file it writes in its data folder. Either way the settings and
+clients are built from those values explicitly: the process environment is read, never changed.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from uuid import UUID
+
+import typer
+from pydantic import BaseModel, ValidationError
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from tollgate.core.errors import TollgateError
+from tollgate.core.job_states import JobState
+from tollgate.settings import SupportDatabaseSettings, SupportSettings
+
+if TYPE_CHECKING:
+    import boto3
+
+    from tollgate.support.service import JobDetail, RedriveItem, SupportDeps
+
+jobs_app = typer.Typer(help="Inspect jobs; retry ones that failed.", no_args_is_help=True)
+dlq_app = typer.Typer(help="Inspect and redrive the jobs queue's dead letters.", no_args_is_help=True)
+deliveries_app = typer.Typer(help="Inspect and replay webhook deliveries.", no_args_is_help=True)
+
+DISCOVERY_FILE = "local.json"  # written by `tollgate local up` into its data folder while it runs
+# The local system's moto takes any credentials; these placeholders (the ones `local up` itself uses)
+# mean real ones are never sent to it. Its queues live in this region.
+LOCAL_AWS_KEY, LOCAL_AWS_SECRET, LOCAL_AWS_REGION = "testing", "testing", "eu-west-1"
+DEFAULT_DATA_DIR = Path(".tollgate")
+S = TypeVar("S", bound=SupportDatabaseSettings)
+
+
+class Output(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+def _reason(value: str) -> str:
+    if len(value.strip()) < 3:
+        raise typer.BadParameter("say why in at least 3 characters: it goes into the audit trail")
+    return value.strip()
+
+
+DataDir = Annotated[
+    Path, typer.Option(help="The local system's data folder (used when the environment does not say).")
+]
+Reason = Annotated[str, typer.Option(help="Why: written to the audit trail.", callback=_reason)]
+Actor = Annotated[
+    str | None,
+    typer.Option(envvar="TOLLGATE_ACTOR", help="Who acts, in the audit trail (default: your login name)."),
+]
+OutputOption = Annotated[
+    Output, typer.Option("--output", "-o", case_sensitive=False, help="table for people, json for scripts.")
+]
+
+
+def _stdout() -> Console:
+    # Made for each use, not at import: the width (COLUMNS, the terminal) and the stream are the current ones.
+    return Console()
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    Console(stderr=True).print(
+        f"error: {message}", style="red", markup=False, highlight=False, soft_wrap=True
+    )
+    raise typer.Exit(code)
+
+
+def _missing(error: ValidationError) -> str:
+    problems = []
+    for item in error.errors():
+        name = ".".join(str(part) for part in item["loc"]).upper()
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "missing":
+            problems.append(f"{name} is not set")
+        else:
+            problems.append(f"{name}: {message}" if name else message)
+    return "; ".join(problems)
+
+
+def _settings(model: type[S], data_dir: Path) -> tuple[S, boto3.session.Session | None, str | None]:
+    """The settings a command needs, and how to reach AWS: a session and endpoint, or (None, None) for the
+    default chain.
+
+    The environment wins when it has everything the command needs; otherwise a running ``local up``
+    supplies the values (its database, queues, dispatcher and moto endpoint)."""
+    try:
+        return model(), None, None
+    except ValidationError as error:
+        from_environment = error
+    path = data_dir.resolve() / DISCOVERY_FILE
+    try:
+        facts = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        _fail(f"{_missing(from_environment)}: set it in the environment, or start `tollgate local up` first")
+    except (OSError, ValueError) as error:
+        _fail(f"cannot read {path}: {error}")
+    try:
+        settings = model(
+            database_url=facts.get("database_url"),
+            jobs_queue_url=facts.get("jobs_queue_url"),
+            jobs_dlq_url=facts.get("jobs_dlq_url"),
+            webhook_state_machine_arn=facts.get("webhook_state_machine_arn"),
+        )
+    except ValidationError as error:
+        _fail(f"{path} does not say enough: {_missing(error)}")
+    import boto3
+
+    session = boto3.session.Session(
+        aws_access_key_id=LOCAL_AWS_KEY, aws_secret_access_key=LOCAL_AWS_SECRET, region_name=LOCAL_AWS_REGION
+    )
+    return settings, session, facts.get("aws_endpoint_url")
+
+
+@contextmanager
+def _support(data_dir: Path, *, queues: bool = False, actor: str | None = None) -> Iterator[SupportDeps]:
+    """The command's dependencies for its duration; a domain error becomes a message and exit code 2."""
+    import psycopg
+    from botocore.exceptions import BotoCoreError, ClientError
+    from psycopg_pool import PoolTimeout
+
+    from tollgate.wiring import build_support
+
+    settings, session, endpoint = _settings(SupportSettings if queues else SupportDatabaseSettings, data_dir)
+    try:
+        deps = build_support(settings, actor or getpass.getuser(), aws=session, aws_endpoint_url=endpoint)
+    except BotoCoreError as error:
+        _fail(f"cannot set up the AWS clients: {error}", code=1)
+    try:
+        yield deps
+    except TollgateError as error:
+        _fail(error.detail)
+    except (psycopg.OperationalError, PoolTimeout) as error:
+        _fail(f"cannot reach the database: {error}", code=1)
+    except (BotoCoreError, ClientError) as error:
+        _fail(f"AWS said: {error}", code=1)
+    finally:
+        deps.db.close()
+
+
+def _when(value: datetime | None) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ") if value else ""
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return _when(value)
+    if isinstance(value, dict | list):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def _json(value: Any) -> None:
+    """Machine-readable output: plain JSON on stdout, never wrapped or coloured."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    elif isinstance(value, list):
+        value = [v.model_dump(mode="json") if isinstance(v, BaseModel) else v for v in value]
+    typer.echo(json.dumps(value, indent=2, default=str))
+
+
+def _line(text: str) -> None:
+    # soft_wrap: a long line is wrapped by the terminal, never cut by rich, so ids stay whole.
+    _stdout().print(text, soft_wrap=True, highlight=False, markup=False)
+
+
+def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """A table when it fits the terminal; otherwise one block per row, so no value (an id) is ever cut."""
+    cells = [[_text(value) for value in row] for row in rows]
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    for column in columns:
+        table.add_column(column, no_wrap=True)
+    for row in cells:
+        table.add_row(*row)
+    console = _stdout()
+    wanted = console.measure(table, options=console.options.update_width(100_000)).maximum
+    if wanted <= console.width:
+        console.print(table)
+        return
+    _line(title)
+    width = max(len(column) for column in columns)
+    for row in cells:
+        _line("")
+        for column, value in zip(columns, row, strict=True):
+            _line(f"  {column:<{width}}  {value}")
+
+
+@jobs_app.command("list")
+def jobs_list(
+    state: Annotated[
+        JobState | None, typer.Option(case_sensitive=False, help="Only jobs in this state.")
+    ] = None,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's jobs (by name).")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    output: OutputOption = Output.TABLE,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+) -> None:
+    """Recent jobs, newest first. Needs only the database."""
+    from tollgate.support.service import list_jobs
+
+    with _support(data_dir) as deps:
+        jobs = list_jobs(deps.db, state=state, tenant=tenant, limit=limit)
+    if output is Output.JSON:
+        _json(jobs)
+        return
+    _table(
+        f"{len(jobs)} job(s)",
+        ["job id", "tenant", "state", "attempts", "reason", "created"],
+        [
+            [j.job_id, j.tenant, j.state, f"{j.attempt}/{j.max_attempts}", j.reason, j.created_at]
+            for j in jobs
+        ],
+    )
+
+
+def _print_job(job: JobDetail) -> None:
+    def field(label: str, value: str) -> None:
+        _line(f"{label:<15} {value}")
+
+    field("job", str(job.job_id))
+    field("tenant", f"{job.tenant} ({job.tenant_id})")
+    field("state", f"{job.state} (version {job.state_version}), attempt {job.attempt}/{job.max_attempts}")
+    field("type", job.job_type)
+    field("created", _when(job.created_at))
+    field("deadline", _when(job.deadline_at))
+    field("finished", _when(job.finished_at) or "-")
+    field("last error", _text(job.last_error) or "-")
+    if not job.review_reasons:
+        field("review reasons", "none")
+    else:
+        field("review reasons", f"{len(job.review_reasons)} (policy {job.policy_version})")
+        for reason in job.review_reasons:
+            where = f" ({reason['field']})" if reason.get("field") else ""
+            detail = f": {reason['detail']}" if reason.get("detail") else ""
+            _line(f"  - {reason.get('code', '?')}{where}{detail}")
+    field("attempts", str(len(job.attempts)) if job.attempts else "none")
+    for a in job.attempts:
+        _line(
+            f"  #{a.attempt} {a.outcome or 'running'} on {a.worker_id}, model {a.model or '-'}, "
+            f"tokens {a.input_tokens}/{a.output_tokens}, cost {a.cost_usd}, {a.latency_ms} ms, "
+            f"provider request {a.provider_request_id or '-'}"
+        )
+    field("audit", str(len(job.audit)) if job.audit else "none")
+    if job.audit:
+        for entry in job.audit:
+            _line(
+                f"  #{entry.audit_id} {_when(entry.created_at)} {entry.actor} {entry.action} -> "
+                f"{entry.outcome}: {entry.reason}"
+            )
+
+
+@jobs_app.command("show")
+def jobs_show(
+    job_id: UUID, output: OutputOption = Output.TABLE, data_dir: DataDir = DEFAULT_DATA_DIR
+) -> None:
+    """A job, its tenant and review reasons, every attempt it made, and what support did to it."""
+    from tollgate.support.service import show_job
+
+    with _support(data_dir) as deps:
+        job = show_job(deps.db, job_id)
+    if output is Output.JSON:
+        _json(job)
+    else:
+        _print_job(job)
+
+
+@jobs_app.command("retry")
+def jobs_retry(
+    job_id: UUID, reason: Reason, actor: Actor = None, data_dir: DataDir = DEFAULT_DATA_DIR
+) -> None:
+    """Give a FAILED_TERMINAL job a new attempt budget and signal the workers (audited)."""
+    from tollgate.support.service import retry_job
+
+    with _support(data_dir, actor=actor) as deps:
+        audit_id = retry_job(deps, job_id, reason)
+    _line(f"job {job_id} is READY again (audit #{audit_id})")
+
+
+def _dead_letter(item: RedriveItem) -> dict[str, Any]:
+    return {
+        "message_id": item.letter.message_id,
+        "job_id": str(item.letter.job_id) if item.letter.job_id else None,
+        "receive_count": item.letter.receive_count,
+        "job_state": item.job_state,
+        "decision": item.decision.value,
+        "why": item.why,
+    }
+
+
+@dlq_app.command("list")
+def dlq_list(
+    limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
+    output: OutputOption = Output.TABLE,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+) -> None:
+    """Dead letters with their jobs' current state and what a redrive would do."""
+    from tollgate.support.service import decide, receive_dead_letters, release
+
+    with _support(data_dir, queues=True) as deps:
+        letters = receive_dead_letters(deps, limit)
+        try:
+            items = [decide(deps, letter, include_failed=False) for letter in letters]
+        finally:
+            release(deps, letters)
+    if output is Output.JSON:
+        _json([_dead_letter(i) for i in items])
+        return
+    _table(
+        f"{len(items)} dead letter(s)",
+        ["message id", "job id", "receives", "job state", "a redrive would", "because"],
+        [
+            [
+                i.letter.message_id,
+                i.letter.job_id,
+                i.letter.receive_count,
+                i.job_state,
+                i.decision.value,
+                i.why,
+            ]
+            for i in items
+        ],
+    )
+
+
+@dlq_app.command("show")
+def dlq_show(
+    message_id: str, output: OutputOption = Output.TABLE, data_dir: DataDir = DEFAULT_DATA_DIR
+) -> None:
+    """One dead letter's body and its job's reconciliation."""
+    from tollgate.support.service import decide, receive_dead_letters, release
+
+    with _support(data_dir, queues=True) as deps:
+        letters = receive_dead_letters(deps, 500)
+        try:
+            found = [letter for letter in letters if letter.message_id == message_id]
+            if not found:
+                _fail(f"no dead letter {message_id}")
+            item = decide(deps, found[0], include_failed=False)
+        finally:
+            release(deps, letters)
+    letter = item.letter
+    body: Any = json.loads(letter.body) if letter.event else {"unparseable_body": letter.body}
+    if output is Output.JSON:
+        _json({**_dead_letter(item), "body": body})
+        return
+    _stdout().print_json(data=body)
+    _line(f"message {letter.message_id}, received {letter.receive_count} time(s)")
+    _line(f"job {letter.job_id}: {item.job_state}; a redrive would {item.decision.value}: {item.why}")
+
+
+@dlq_app.command("redrive")
+def dlq_redrive(
+    reason: Reason,
+    dry_run: Annotated[bool, typer.Option(help="Show what would happen; change nothing.")] = False,
+    max_per_second: Annotated[float, typer.Option(min=0.1, max=100)] = 5.0,
+    include_failed: Annotated[
+        bool, typer.Option(help="Also give jobs that failed for other reasons (refused, …) a new budget.")
+    ] = False,
+    limit: Annotated[int, typer.Option(min=1, max=10_000)] = 100,
+    output: OutputOption = Output.TABLE,
+    actor: Actor = None,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+) -> None:
+    """Reconcile each dead letter with its job, then redrive, reset and redrive, discard, or leave it."""
+    from tollgate.support.service import redrive_dead_letters
+
+    with _support(data_dir, queues=True, actor=actor) as deps:
+        report = redrive_dead_letters(
+            deps,
+            reason=reason,
+            dry_run=dry_run,
+            max_per_second=max_per_second,
+            include_failed=include_failed,
+            limit=limit,
+        )
+    if output is Output.JSON:
+        _json(
+            {
+                "dry_run": dry_run,
+                "items": [{**_dead_letter(i), "done": i.done, "audit_id": i.audit_id} for i in report.items],
+            }
+        )
+        return
+    _table(
+        "Dry run: nothing changed" if dry_run else "Redrive",
+        ["message id", "job id", "job state", "decision", "done", "audit", "because"],
+        [
+            [
+                i.letter.message_id,
+                i.letter.job_id,
+                i.job_state,
+                i.decision.value,
+                "yes" if i.done else "no",
+                i.audit_id,
+                i.why,
+            ]
+            for i in report.items
+        ],
+    )
+
+
+@dlq_app.command("move-all")
+def dlq_move_all(
+    reason: Reason,
+    max_per_second: Annotated[int, typer.Option(min=1, max=500)] = 10,
+    actor: Actor = None,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+) -> None:
+    """Move every dead letter back with SQS's own move task: no reconciliation; for upstream outages."""
+    from tollgate.support.service import move_all_dead_letters
+
+    with _support(data_dir, queues=True, actor=actor) as deps:
+        handle, audit_id = move_all_dead_letters(deps, reason, max_per_second)
+    _line(f"move task started: {handle} (audit #{audit_id})")
+
+
+@deliveries_app.command("list")
+def deliveries_list(
+    tenant: Annotated[str, typer.Option(help="The tenant's name.")],
+    endpoint: Annotated[UUID, typer.Option(help="The endpoint id.")],
+    limit: Annotated[int, typer.Option(min=1, max=100)] = 20,
+    output: OutputOption = Output.TABLE,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+) -> None:
+    """An endpoint's deliveries with their attempts, newest first. Needs only the database."""
+    from tollgate.support.service import list_tenant_deliveries
+
+    with _support(data_dir) as deps:
+        found = list_tenant_deliveries(deps.db, tenant, endpoint, limit)
+    if output is Output.JSON:
+        _json(found.items)
+        return
+    _table(
+        f"{len(found.items)} deliveries",
+        [
+            "delivery id (webhook-id)",
+            "event",
+            "state",
+            "attempts",
+            "last status",
+            "last error",
+            "next attempt",
+        ],
+        [
+            [d.delivery_id, d.event_type, d.state, d.attempts, d.last_status, d.last_error, d.next_attempt_at]
+            for d in found.items
+        ],
+    )
+
+
+@deliveries_app.command("replay")
+def deliveries_replay(
+    tenant: Annotated[str, typer.Option(help="The tenant's name.")],
+    endpoint: Annotated[UUID, typer.Option(help="The endpoint id.")],
+    delivery: Annotated[UUID, typer.Option(help="The delivery id (its webhook-id).")],
+    reason: Reason,
+    actor: Actor = None,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+) -> None:
+    """Send one delivery again under the same webhook-id (audited). Needs the webhook dispatcher."""
+    from tollgate.support.service import replay_delivery_audited
+
+    with _support(data_dir, actor=actor) as deps:
+        _, audit_id = replay_delivery_audited(deps, tenant, endpoint, delivery, reason)
+    _line(f"delivery {delivery} replayed with the same webhook-id (audit #{audit_id})")

@@ -1,0 +1,526 @@
+"""One attempt of one claimed job: budget, provider call, validation, and the fenced write of the outcome.
+
+The worker takes the budget first and claims after (``claim_within_budget``): a slot waiting for the
+provider budget holds no job, so the fair claim across tenants is made when a call can go out, and a
+tenant's job claimed late never queues behind other tenants' claimed jobs for budget. The permit is sized
+by the job the claim would pick, resized to the job it did pick, and cancelled if no call is made.
+
+The lease is renewed in the background while the call runs; if a heartbeat finds the fence moved, the
+call is abandoned and nothing is written for the job. The outcome - state, result, attempt record and the
+outbox event - is written in one transaction, conditioned on state RUNNING, our fence and an unexpired
+lease, so a stale worker's answer is discarded, never stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from psycopg.types.json import Jsonb
+
+from tollgate.core import checkpoints
+from tollgate.core.checkpoints import AFTER_PROVIDER_RESPONSE
+from tollgate.core.clock import Clock, IdFactory
+from tollgate.core.documents import DocumentStore, DocumentStoreUnreachable, pages_from_canonical
+from tollgate.core.errors import DocumentUnavailable
+from tollgate.core.job_states import JobState
+from tollgate.core.metrics import PROVIDER_CALLS, PROVIDER_THROTTLED, MetricsSink, RecordedMetrics
+from tollgate.core.observability import trace_keys
+from tollgate.core.retry import Jitter, RetryPolicy, next_attempt_at
+from tollgate.db import Database
+from tollgate.db.database import Conn
+from tollgate.events import (
+    ExtractionCompleted,
+    ExtractionFailed,
+    ExtractionReviewRequired,
+    JobOutcome,
+    outbox_row,
+)
+from tollgate.execution.extraction.schema import Invoice
+from tollgate.execution.extraction.validation import (
+    KnownSupplier,
+    TenantPolicy,
+    ValidationReport,
+    validate_invoice,
+)
+from tollgate.execution.leasing import ClaimedJob, claim_next_job, extend_lease, peek_next_job
+from tollgate.execution.limiter.base import Denied, Limiter, LimiterUnavailable, Outcome, Permit, Reservation
+from tollgate.execution.llm.client import LlmClient, LlmResult, OutcomeClass
+from tollgate.outbox.nudge import NoNudge, Nudger
+
+logger = Logger(service="tollgate-worker", child=True)
+
+Sleep = Callable[[float], Awaitable[None]]
+# How long every worker holds off after the provider refused the key (an operator is fixing it).
+PROVIDER_AUTH_COOLDOWN_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class ModelRouter:
+    small: str
+    large: str
+    small_max_chars: int
+
+    def choose(self, policy: str, pages: tuple[str, ...]) -> str:
+        """A smaller model for short single-page invoices, the larger one for everything else."""
+        if policy == "small":
+            return self.small
+        if policy == "large":
+            return self.large
+        simple = len(pages) == 1 and sum(len(p) for p in pages) <= self.small_max_chars
+        return self.small if simple else self.large
+
+
+@dataclass(frozen=True)
+class ExecutionDeps:
+    db: Database
+    documents: DocumentStore
+    llm: LlmClient
+    limiter: Limiter
+    clock: Clock
+    new_id: IdFactory
+    retry_policy: RetryPolicy
+    jitter: Jitter
+    router: ModelRouter
+    prices: Mapping[str, tuple[float, float]]
+    worker_id: str
+    provider_pool: str
+    lease_seconds: float
+    heartbeat_seconds: float
+    max_output_tokens: int
+    sleep: Sleep = asyncio.sleep
+    # Wakes the outbox relay after a terminal outcome, so the tenant's webhook goes out at once.
+    nudger: Nudger = field(default_factory=NoNudge)
+    metrics: MetricsSink = field(default_factory=RecordedMetrics)
+
+
+class AttemptEnd(StrEnum):
+    SUCCEEDED = "SUCCEEDED"
+    REVIEW_REQUIRED = "REVIEW_REQUIRED"
+    RETRY_SCHEDULED = "RETRY_SCHEDULED"
+    FAILED_TERMINAL = "FAILED_TERMINAL"
+    LOST = "LOST"  # the fence moved: another owner has the job; nothing was written for it
+
+
+@dataclass
+class AttemptReport:
+    end: AttemptEnd
+    outcome: OutcomeClass | None = None
+    model: str | None = None
+    reasons: list[dict[str, str]] = field(default_factory=list)
+    cost_usd: Decimal = Decimal("0")
+
+
+class LeaseLost(Exception):
+    pass
+
+
+def cost_of(
+    prices: Mapping[str, tuple[float, float]], model: str, input_tokens: int, output_tokens: int
+) -> Decimal:
+    per_input, per_output = prices.get(model, (0.0, 0.0))
+    cost = Decimal(str(per_input)) * input_tokens + Decimal(str(per_output)) * output_tokens
+    return (cost / Decimal(1_000_000)).quantize(Decimal("0.000001"))
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A job claimed under a permit taken for it; ``permit`` is None only when the permit could not be fitted
+    to the job (the budget became unreachable), and the attempt then asks for one itself."""
+
+    job: ClaimedJob
+    permit: Permit | None
+
+
+# A claim that finds the peeked job taken by another slot looks again this many times before idling.
+CLAIM_ROUNDS = 3
+
+
+async def claim_within_budget(deps: ExecutionDeps, *, tenant_cap: int, stop: asyncio.Event) -> Claimed | None:
+    """Budget first, then the claim. None when nothing is runnable, or on stop.
+
+    Raises LimiterUnavailable when the budget cannot be reached: nothing is claimed then (fail closed), so
+    no attempt is spent on a call that could not be made.
+    """
+    for _ in range(CLAIM_ROUNDS):
+        tokens = await asyncio.to_thread(peek_next_job, deps.db, deps.clock, tenant_cap=tenant_cap)
+        if tokens is None:
+            return None
+        permit = await _acquire(deps, Reservation(deps.provider_pool, tokens), stop)
+        if permit is None:
+            return None
+        try:
+            job = await asyncio.to_thread(
+                claim_next_job,
+                deps.db,
+                deps.clock,
+                worker_id=deps.worker_id,
+                lease_seconds=deps.lease_seconds,
+                tenant_cap=tenant_cap,
+            )
+        except BaseException:
+            await _cancel_quietly(deps, permit)
+            raise
+        if job is None:
+            await _cancel_quietly(deps, permit)  # another slot took it first: no call, nothing spent
+            continue
+        return Claimed(job, await _fit(deps, permit, job))
+    return None
+
+
+async def _acquire(deps: ExecutionDeps, reservation: Reservation, stop: asyncio.Event) -> Permit | None:
+    """Waits for the budget without holding a job; None if the worker stops meanwhile."""
+    while not stop.is_set():
+        granted = await asyncio.to_thread(deps.limiter.try_acquire, reservation)
+        if isinstance(granted, Permit):
+            return granted
+        await _sleep_unless(deps, min(granted.wait_seconds, deps.heartbeat_seconds), stop)
+    return None
+
+
+async def _sleep_unless(deps: ExecutionDeps, seconds: float, stop: asyncio.Event) -> None:
+    sleeping = asyncio.ensure_future(deps.sleep(seconds))
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({sleeping, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (sleeping, stopping):
+            task.cancel()
+
+
+async def _fit(deps: ExecutionDeps, permit: Permit, job: ClaimedJob) -> Permit | None:
+    """The permit reserving at least the claimed job's estimate. A larger reservation is kept until the
+    release reconciles it with the tokens used: holding a little more for one call is safe and saves the
+    limiter a write; holding less than the job may use is not."""
+    if job.estimated_tokens <= permit.tokens:
+        return permit
+    try:
+        return await asyncio.to_thread(deps.limiter.resize, permit, job.estimated_tokens)
+    except LimiterUnavailable:
+        # The job is claimed; the attempt asks for a permit itself and, failing closed, is retried later.
+        await _cancel_quietly(deps, permit)
+        return None
+
+
+async def _cancel_quietly(deps: ExecutionDeps, permit: Permit) -> None:
+    try:
+        await asyncio.to_thread(deps.limiter.cancel, permit)
+    except LimiterUnavailable:
+        logger.warning("budget permit not returned; it expires on its own", exc_info=True)
+
+
+async def run_attempt(deps: ExecutionDeps, job: ClaimedJob, permit: Permit | None = None) -> AttemptReport:
+    """Runs one attempt. ``permit``, when given, is the budget taken before the claim: the call goes out
+    under it and it is released after the call, or cancelled when no call is made. Without one, the
+    attempt acquires its own (waiting for the budget while it holds the job)."""
+    unused = permit
+    try:
+        try:
+            pages = await asyncio.to_thread(_load_pages, deps, job)
+        except (DocumentUnavailable, DocumentStoreUnreachable) as error:
+            # Retrying cannot bring a lost object version back: the job ends with the reason. A store that
+            # did not answer is transient: the attempt is retried on the job's schedule, not left to the
+            # lease reaper. Either way no call went out, so the budget taken for it goes back.
+            if permit is not None:
+                unused = None
+                await _cancel_quietly(deps, permit)
+            lost_for_good = isinstance(error, DocumentUnavailable)
+            outcome = OutcomeClass.DOCUMENT_UNAVAILABLE if lost_for_good else OutcomeClass.TRANSIENT
+            result = LlmResult(outcome, "", error=str(error))
+            return await asyncio.to_thread(_finish, deps, job, (), result)
+        model = deps.router.choose(job.model_policy, pages)
+        lost = asyncio.Event()
+        heartbeat = asyncio.create_task(_heartbeat(deps, job, lost))
+        try:
+            unused = None  # from here the call owns the permit: it releases or cancels it
+            result = await _call_within_budget(deps, job, pages, model, lost, permit=permit)
+        except LeaseLost:
+            logger.warning("lease lost; attempt abandoned")
+            await asyncio.to_thread(_record_discarded, deps, job, None)
+            return AttemptReport(AttemptEnd.LOST, model=model)
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+    finally:
+        if unused is not None:
+            await _cancel_quietly(deps, unused)  # the attempt ended before its call (an error, or stop)
+    checkpoints.reached(AFTER_PROVIDER_RESPONSE)
+    return await asyncio.to_thread(_finish, deps, job, pages, result)
+
+
+def job_log_keys(job: ClaimedJob) -> dict[str, Any]:
+    """What every log line of one attempt carries (the worker puts them in the attempt's log context)."""
+    return {
+        "job_id": str(job.job_id),
+        "tenant_id": str(job.tenant_id),
+        "attempt": job.attempt,
+        "fence": job.fence,
+        **trace_keys(job.trace_context),
+    }
+
+
+def _load_pages(deps: ExecutionDeps, job: ClaimedJob) -> tuple[str, ...]:
+    with deps.db.transaction() as conn:
+        row = conn.execute(deps.db.q.get_document_for_job, {"document_id": job.document_id}).fetchone()
+    assert row is not None
+    raw = deps.documents.get(row["s3_key"], row["s3_version_id"], max_bytes=64 * 1024 * 1024)
+    return pages_from_canonical(raw)
+
+
+async def _heartbeat(deps: ExecutionDeps, job: ClaimedJob, lost: asyncio.Event) -> None:
+    while True:
+        await deps.sleep(deps.heartbeat_seconds)
+        owned = await asyncio.to_thread(extend_lease, deps.db, deps.clock, job, deps.lease_seconds)
+        if not owned:
+            lost.set()
+            return
+
+
+async def _call_within_budget(
+    deps: ExecutionDeps,
+    job: ClaimedJob,
+    pages: tuple[str, ...],
+    model: str,
+    lost: asyncio.Event,
+    *,
+    permit: Permit | None = None,
+) -> LlmResult:
+    if permit is not None and lost.is_set():
+        await _cancel_quietly(deps, permit)
+        raise LeaseLost
+    reservation = Reservation(deps.provider_pool, job.estimated_tokens)
+    while permit is None:
+        if lost.is_set():
+            raise LeaseLost
+        try:
+            granted = await asyncio.to_thread(deps.limiter.try_acquire, reservation)
+        except LimiterUnavailable as error:
+            # Fail closed: no budget, no call. The attempt ends as transient and is retried later.
+            return LlmResult(OutcomeClass.TRANSIENT, model, error=f"limiter unavailable: {error}")
+        if isinstance(granted, Denied):
+            await deps.sleep(min(granted.wait_seconds, deps.heartbeat_seconds))
+            continue
+        permit = granted
+
+    remaining = (job.deadline_at - deps.clock.now()).total_seconds()
+    timeout = max(min(deps.retry_policy.attempt_timeout_seconds, remaining), 1.0)
+    call = asyncio.create_task(deps.llm.extract(pages, model, timeout, deps.max_output_tokens))
+    watch = asyncio.create_task(lost.wait())
+    try:
+        await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        # The worker is stopping: the request may have gone out, so the permit is released, not cancelled.
+        call.cancel()
+        await asyncio.to_thread(deps.limiter.release, permit, Outcome())
+        raise
+    finally:
+        watch.cancel()
+    deps.metrics.count(PROVIDER_CALLS)
+    if not call.done():
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+        # The request may have reached the provider: keep the reservation, free the in-flight permit.
+        await asyncio.to_thread(deps.limiter.release, permit, Outcome())
+        raise LeaseLost
+    result = call.result()
+    if result.outcome is OutcomeClass.THROTTLED:
+        deps.metrics.count(PROVIDER_THROTTLED)
+    cooldown = result.retry_after_seconds
+    if result.outcome is OutcomeClass.PROVIDER_AUTH:
+        # Every worker would get the same answer: pause them all instead of spending each job's attempts.
+        logger.error("ALERT: the provider refused our API key", extra={"alert": "provider_auth"})
+        cooldown = max(cooldown or 0.0, PROVIDER_AUTH_COOLDOWN_SECONDS)
+    used = (
+        (result.input_tokens or 0) + (result.output_tokens or 0) if result.input_tokens is not None else None
+    )
+    await asyncio.to_thread(
+        deps.limiter.release,
+        permit,
+        Outcome(
+            used_tokens=used,
+            throttled=result.outcome in {OutcomeClass.THROTTLED, OutcomeClass.PROVIDER_AUTH},
+            retry_after_seconds=cooldown,
+            rate_limit_headers=result.rate_limit_headers,
+        ),
+    )
+    return result
+
+
+def _tenant_policy(deps: ExecutionDeps, job: ClaimedJob) -> TenantPolicy:
+    with deps.db.transaction() as conn:
+        row = conn.execute(deps.db.q.tenant_validation_policy, {"tenant_id": job.tenant_id}).fetchone()
+    assert row is not None
+    suppliers = tuple(
+        KnownSupplier(n, i) for n, i in zip(row["supplier_names"], row["supplier_ibans"], strict=True)
+    )
+    return TenantPolicy(frozenset(row["allowed_currencies"]), suppliers)
+
+
+def _decide(
+    deps: ExecutionDeps, job: ClaimedJob, result: LlmResult, report: ValidationReport | None, now: datetime
+) -> tuple[JobState, datetime | None, dict[str, Any] | None]:
+    """The job's next state, when it may run again, and the error to keep on it."""
+    if result.outcome is OutcomeClass.OK and report is not None:
+        return (JobState.SUCCEEDED if report.passed else JobState.REVIEW_REQUIRED), None, None
+    error = {"outcome": result.outcome.value, "detail": result.error, "attempt": job.attempt}
+    if result.outcome.retryable:
+        start = next_attempt_at(
+            deps.retry_policy,
+            now=now,
+            deadline_at=job.deadline_at,
+            attempt=job.attempt,
+            max_attempts=job.max_attempts,
+            retry_after_seconds=result.retry_after_seconds,
+            jitter=deps.jitter,
+        )
+        if start is not None:
+            return JobState.RETRY_SCHEDULED, start, error
+        error["reason"] = "attempts_exhausted" if job.attempt >= job.max_attempts else "deadline_exceeded"
+    else:
+        error["reason"] = result.outcome.value
+    return JobState.FAILED_TERMINAL, None, error
+
+
+def _attempt_params(
+    deps: ExecutionDeps, job: ClaimedJob, result: LlmResult | None, outcome: str
+) -> dict[str, Any]:
+    input_tokens = result.input_tokens if result else None
+    output_tokens = result.output_tokens if result else None
+    cost = (
+        cost_of(deps.prices, result.model, input_tokens or 0, output_tokens or 0)
+        if result and input_tokens is not None
+        else None
+    )
+    return {
+        "job_id": job.job_id,
+        "attempt": job.attempt,
+        "fence": job.fence,
+        "now": deps.clock.now(),
+        "outcome": outcome,
+        "model": (result.model or None) if result else None,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "cost_usd": cost,
+        "latency_ms": result.latency_ms if result else None,
+        "provider_request_id": result.request_id if result else None,
+        "error": Jsonb({"detail": result.error}) if result and result.error else None,
+    }
+
+
+def _record_discarded(deps: ExecutionDeps, job: ClaimedJob, result: LlmResult | None) -> None:
+    """The attempt's cost is real even when its answer is thrown away: keep the record, not the result."""
+    with deps.db.transaction() as conn:
+        conn.execute(deps.db.q.record_attempt, _attempt_params(deps, job, result, "discarded_stale"))
+
+
+def _finish(deps: ExecutionDeps, job: ClaimedJob, pages: tuple[str, ...], result: LlmResult) -> AttemptReport:
+    report = None
+    if result.outcome is OutcomeClass.OK and result.invoice is not None:
+        report = validate_invoice(result.invoice, pages, _tenant_policy(deps, job))
+    now = deps.clock.now()
+    state, next_at, error = _decide(deps, job, result, report, now)
+    reasons = [r.as_dict() for r in report.reasons] if report else []
+    params = _attempt_params(deps, job, result, result.outcome.value)
+    with deps.db.transaction() as conn:
+        finished = conn.execute(
+            deps.db.q.finish_running_job,
+            {
+                "job_id": job.job_id,
+                "fence": job.fence,
+                "now": now,
+                "state": state.value,
+                "next_attempt_at": next_at,
+                "last_error": Jsonb(error) if error else None,
+                "finished_at": now if state.is_terminal else None,
+            },
+        ).fetchone()
+        if finished is not None:
+            conn.execute(deps.db.q.record_attempt, params)
+            if report is not None and result.invoice is not None:
+                _insert_result(
+                    conn,
+                    deps,
+                    job,
+                    invoice=result.invoice,
+                    policy_version=report.policy_version,
+                    reasons=reasons,
+                )
+            _insert_event(conn, deps, job, state=state, finished=finished, reasons=reasons, error=error)
+    if finished is None:
+        logger.warning("stale attempt: the job moved on; its answer is discarded")
+        _record_discarded(deps, job, result)
+        return AttemptReport(AttemptEnd.LOST, result.outcome, result.model)
+    if state in EVENT_FOR_STATE:
+        deps.nudger.nudge()
+    logger.info("attempt finished", extra={"state": state.value, "outcome": result.outcome.value})
+    return AttemptReport(
+        AttemptEnd(state.value), result.outcome, result.model, reasons, params["cost_usd"] or Decimal("0")
+    )
+
+
+def _insert_result(
+    conn: Conn,
+    deps: ExecutionDeps,
+    job: ClaimedJob,
+    *,
+    invoice: Invoice,
+    policy_version: str,
+    reasons: list[dict[str, str]],
+) -> None:
+    conn.execute(
+        deps.db.q.insert_result,
+        {
+            "job_id": job.job_id,
+            "tenant_id": job.tenant_id,
+            "attempt": job.attempt,
+            "policy_version": policy_version,
+            "result": Jsonb(invoice.model_dump(mode="json")),
+            "review_reasons": Jsonb(reasons),
+        },
+    )
+
+
+OUTCOME_EVENTS: dict[JobState, type[JobOutcome]] = {
+    JobState.SUCCEEDED: ExtractionCompleted,
+    JobState.REVIEW_REQUIRED: ExtractionReviewRequired,
+    JobState.FAILED_TERMINAL: ExtractionFailed,
+}
+EVENT_FOR_STATE = {state: model.event_type for state, model in OUTCOME_EVENTS.items()}
+
+
+def _insert_event(
+    conn: Conn,
+    deps: ExecutionDeps,
+    job: ClaimedJob,
+    *,
+    state: JobState,
+    finished: dict[str, Any],
+    reasons: list[dict[str, str]],
+    error: dict[str, Any] | None,
+) -> None:
+    """A terminal state gets its outbox event (webhooks); a retry does not."""
+    model = OUTCOME_EVENTS.get(state)
+    if model is None:
+        return
+    event = model(
+        job_id=job.job_id,
+        tenant_id=job.tenant_id,
+        state=state.value,
+        state_version=finished["state_version"],
+        attempt=job.attempt,
+        review_reasons=[r["code"] for r in reasons],
+        reason=(error or {}).get("reason"),
+    )
+    conn.execute(
+        deps.db.q.insert_outbox_event,
+        outbox_row(event, event_id=deps.new_id(), trace_context=finished["trace_context"]),
+    )

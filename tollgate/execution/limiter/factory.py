@@ -1,0 +1,52 @@
+"""Chooses the limiter an entrypoint uses from its settings: the budget shared in DynamoDB when a table is
+configured, a per-process budget otherwise (local runs only: a deployed worker refuses to start without the
+table). The drain benchmark's baselines are the development package's, injected by its own entrypoint."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import boto3
+from botocore.config import Config
+
+from tollgate.core.clock import Clock
+from tollgate.execution.limiter.aimd import AimdPolicy
+from tollgate.execution.limiter.base import Limiter
+from tollgate.execution.limiter.dynamodb import DynamoDbLimiter, derive_shards
+from tollgate.execution.limiter.local import InProcessLimiter
+from tollgate.settings import LimiterSettings
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+# Every call waits on the budget, so an unreachable table must fail fast rather than after the SDK's
+# default minute of retries; the limiter itself backs off and fails closed (or uses its local allowance).
+LIMITER_CLIENT_CONFIG = Config(
+    connect_timeout=1, read_timeout=2, retries={"mode": "standard", "max_attempts": 2}
+)
+
+
+def build_limiter(settings: LimiterSettings, clock: Clock, dynamodb: DynamoDBClient | None = None) -> Limiter:
+    if settings.limiter_table:
+        rpm, in_flight = settings.provider_requests_per_minute, settings.provider_max_in_flight
+        return DynamoDbLimiter(
+            dynamodb or boto3.client("dynamodb", config=LIMITER_CLIENT_CONFIG),
+            settings.limiter_table,
+            clock,
+            requests_per_minute=rpm,
+            tokens_per_minute=settings.provider_tokens_per_minute,
+            max_in_flight=in_flight,
+            shards=derive_shards(rpm, in_flight, settings.limiter_shards),
+            permit_ttl_seconds=settings.limiter_permit_ttl_seconds,
+            aimd=AimdPolicy(
+                decrease_factor=settings.limiter_aimd_decrease, increase_step=settings.limiter_aimd_increase
+            ),
+            local_allowance_per_minute=settings.limiter_unavailable_allowance_per_minute,
+        )
+    return InProcessLimiter(
+        clock,
+        requests_per_minute=settings.provider_requests_per_minute,
+        tokens_per_minute=settings.provider_tokens_per_minute,
+        max_in_flight=settings.provider_max_in_flight,
+        permit_ttl_seconds=settings.limiter_permit_ttl_seconds,
+    )

@@ -1,0 +1,137 @@
+"""The worker process: one ingress consumer and N execution slots in one asyncio loop.
+
+Ingress wakes idle slots when it records events; slots also look for work on their own every few seconds,
+so a lost signal only delays work. A slot takes the provider budget before it claims a job: while the budget
+is the bottleneck, waiting slots hold permits-to-be, not jobs, so each call that can go out goes to the job
+the fair claim picks at that moment. On stop, slots claim nothing more and in-flight attempts get
+``drain_seconds`` to finish; what is still running then is handed back (RETRY_SCHEDULED, fence moved).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from aws_lambda_powertools import Logger
+
+from tollgate.core.observability import log_context
+from tollgate.execution.attempt import Claimed, ExecutionDeps, claim_within_budget, job_log_keys, run_attempt
+from tollgate.execution.leasing import release_job
+from tollgate.execution.limiter.base import LimiterUnavailable
+from tollgate.ingress.consumer import IngressDeps, IngressOutcome, ingest_once
+
+logger = Logger(service="tollgate-worker", child=True)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    slots: int
+    tenant_cap: int
+    idle_seconds: float
+    drain_seconds: float
+    # How often counted metrics are written out (CloudWatch aggregates them per minute anyway).
+    metrics_flush_seconds: float = 60.0
+
+
+async def _wait(event: asyncio.Event, timeout: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), timeout)
+
+
+async def run_ingress(
+    deps: IngressDeps,
+    stop: asyncio.Event,
+    wake: asyncio.Event,
+    on_activity: Callable[[], None] = lambda: None,
+) -> None:
+    while not stop.is_set():
+        try:
+            report = await asyncio.to_thread(ingest_once, deps)
+        except Exception:
+            # SQS or the database is unreachable: back off briefly and keep the process alive.
+            logger.exception("ingress receive failed")
+            await _wait(stop, 5)
+            continue
+        if report.outcomes[IngressOutcome.RECORDED]:
+            wake.set()
+        if report.received:
+            on_activity()
+
+
+async def _run_slot(
+    deps: ExecutionDeps,
+    config: WorkerConfig,
+    stop: asyncio.Event,
+    wake: asyncio.Event,
+    on_activity: Callable[[], None],
+) -> None:
+    while not stop.is_set():
+        try:
+            claimed = await claim_within_budget(deps, tenant_cap=config.tenant_cap, stop=stop)
+        except LimiterUnavailable as error:
+            # Fail closed before the claim: the jobs stay runnable and no attempt is spent on them.
+            logger.warning("provider budget unavailable; claiming nothing", extra={"error": str(error)})
+            await _wait(stop, config.idle_seconds)
+            continue
+        except Exception:
+            logger.exception("claim failed")
+            await _wait(stop, config.idle_seconds)
+            continue
+        if claimed is None:
+            if stop.is_set():
+                break
+            wake.clear()
+            await _wait(wake, config.idle_seconds)
+            continue
+        await _run_guarded(deps, claimed)
+        on_activity()
+
+
+async def _run_guarded(deps: ExecutionDeps, claimed: Claimed) -> None:
+    job = claimed.job
+    # Each slot is its own task, so these keys stay on this attempt's lines, threads it starts included.
+    with log_context(**job_log_keys(job)):
+        try:
+            await run_attempt(deps, job, claimed.permit)
+        except asyncio.CancelledError:
+            # Shutdown ran out of time: hand the job back rather than leave it to the lease reaper.
+            await asyncio.to_thread(release_job, deps.db, deps.clock, job)
+            raise
+        except Exception:
+            # The lease reaper retries the job; this slot goes on.
+            logger.exception("attempt failed unexpectedly")
+
+
+async def _flush_metrics(flush: Callable[[], None], interval: float, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        await _wait(stop, interval)
+        flush()
+
+
+async def run_worker(
+    ingress: IngressDeps,
+    execution: ExecutionDeps,
+    config: WorkerConfig,
+    stop: asyncio.Event,
+    on_activity: Callable[[], None] = lambda: None,
+    *,
+    flush_metrics: Callable[[], None] = lambda: None,
+) -> None:
+    wake = asyncio.Event()
+    ingress_task = asyncio.create_task(run_ingress(ingress, stop, wake, on_activity))
+    flusher = asyncio.create_task(_flush_metrics(flush_metrics, config.metrics_flush_seconds, stop))
+    slots = [
+        asyncio.create_task(_run_slot(execution, config, stop, wake, on_activity))
+        for _ in range(config.slots)
+    ]
+    await stop.wait()
+    wake.set()
+    _, unfinished = await asyncio.wait(slots, timeout=config.drain_seconds)
+    for task in unfinished:
+        task.cancel()
+    await asyncio.gather(*unfinished, return_exceptions=True)
+    await asyncio.gather(ingress_task, return_exceptions=True)
+    await asyncio.gather(flusher, return_exceptions=True)
+    flush_metrics()  # once more after the drain: a worker scaled in still reports what it counted

@@ -1,1 +1,0 @@
-"""The extraction job aggregate: its states and the transitions between them."""

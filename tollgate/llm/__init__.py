@@ -1,1 +1,0 @@
-"""The model provider: the OpenAI client port and the built-in simulated provider."""

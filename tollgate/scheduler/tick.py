@@ -1,0 +1,196 @@
+"""The scheduler's tick: reap expired leases, fail jobs past their deadline, restart webhook deliveries
+that nothing drives any more, publish backlog metrics.
+
+Runs every minute (and can run twice at once safely: rows are locked with SKIP LOCKED and every update is
+conditioned on the fence it read). A job that ends here gets its ``extraction.failed.v1`` outbox event in
+the same transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from aws_lambda_powertools import Logger
+from psycopg.types.json import Jsonb
+
+from tollgate.core.clock import Clock, IdFactory
+from tollgate.core.metrics import DELIVERIES_RESTARTED, MetricsSink
+from tollgate.core.retry import Jitter, RetryPolicy, next_attempt_at
+from tollgate.db import Database
+from tollgate.db.database import Conn
+from tollgate.delivery.deliveries import DeliveryStarter, execution_name
+from tollgate.events import ExtractionFailed, outbox_row
+
+logger = Logger(service="tollgate-scheduler", child=True)
+
+
+@dataclass(frozen=True)
+class SchedulerDeps:
+    db: Database
+    clock: Clock
+    new_id: IdFactory
+    metrics: MetricsSink
+    retry_policy: RetryPolicy
+    jitter: Jitter
+    batch_size: int = 500
+    # Starts dispatcher executions; None where no dispatcher is deployed (deliveries are then left alone).
+    deliveries: DeliveryStarter | None = None
+    # A PENDING delivery this long past its due attempt has no execution driving it: the longest wait an
+    # execution makes is its recorded next_attempt_at, and Step Functions is then seconds late, not minutes.
+    delivery_stall: timedelta = timedelta(minutes=15)
+
+
+@dataclass
+class SchedulerReport:
+    reaped_to_retry: int = 0
+    reaped_to_failed: int = 0
+    expired: int = 0
+    deliveries_restarted: int = 0
+    runnable: int = 0
+    oldest_eligible_age_seconds: float = 0.0
+    oldest_unpublished_age_seconds: float = 0.0
+
+
+def run_scheduler(deps: SchedulerDeps) -> SchedulerReport:
+    report = SchedulerReport()
+    reap_expired_leases(deps, report)
+    expire_past_deadline(deps, report)
+    restart_stalled_deliveries(deps, report)
+    publish_backlog_metrics(deps, report)
+    return report
+
+
+def _fail(conn: Conn, deps: SchedulerDeps, *, job_id: UUID, fence: int, now: datetime, reason: str) -> bool:
+    q = deps.db.q
+    failed = conn.execute(
+        q.fail_job_terminally,
+        {"job_id": job_id, "fence": fence, "now": now, "error": Jsonb({"reason": reason})},
+    ).fetchone()
+    if failed is None:
+        return False
+    # The same event the worker writes when it ends a job: one model, so tenants get one shape of it.
+    event = ExtractionFailed(
+        job_id=job_id,
+        tenant_id=failed["tenant_id"],
+        state_version=failed["state_version"],
+        attempt=failed["attempt"],
+        reason=reason,
+    )
+    conn.execute(q.insert_outbox_event, outbox_row(event, event_id=deps.new_id(), trace_context=None))
+    return True
+
+
+def reap_expired_leases(deps: SchedulerDeps, report: SchedulerReport) -> None:
+    """A RUNNING job whose lease expired lost its worker: retry it, or end it when nothing is left."""
+    q, now = deps.db.q, deps.clock.now()
+    with deps.db.transaction() as conn:
+        for job in conn.execute(q.lock_expired_leases, {"now": now, "limit": deps.batch_size}).fetchall():
+            conn.execute(
+                q.close_open_attempt,
+                {"job_id": job["job_id"], "fence": job["fence"], "now": now, "outcome": "lease_expired"},
+            )
+            start = next_attempt_at(
+                deps.retry_policy,
+                now=now,
+                deadline_at=job["deadline_at"],
+                attempt=job["attempt"],
+                max_attempts=job["max_attempts"],
+                jitter=deps.jitter,
+            )
+            if start is None:
+                reason = (
+                    "attempts_exhausted" if job["attempt"] >= job["max_attempts"] else "deadline_exceeded"
+                )
+                if _fail(conn, deps, job_id=job["job_id"], fence=job["fence"], now=now, reason=reason):
+                    report.reaped_to_failed += 1
+                continue
+            conn.execute(
+                q.reap_to_retry,
+                {
+                    "job_id": job["job_id"],
+                    "fence": job["fence"],
+                    "now": now,
+                    "next_attempt_at": start,
+                    "error": Jsonb({"reason": "lease_expired", "attempt": job["attempt"]}),
+                },
+            )
+            report.reaped_to_retry += 1
+
+
+def expire_past_deadline(deps: SchedulerDeps, report: SchedulerReport) -> None:
+    q, now = deps.db.q, deps.clock.now()
+    with deps.db.transaction() as conn:
+        for job in conn.execute(q.lock_past_deadline, {"now": now, "limit": deps.batch_size}).fetchall():
+            if _fail(
+                conn, deps, job_id=job["job_id"], fence=job["fence"], now=now, reason="deadline_exceeded"
+            ):
+                report.expired += 1
+
+
+def restart_stalled_deliveries(deps: SchedulerDeps, report: SchedulerReport) -> None:
+    """A delivery whose execution ended without delivering it (the state machine's retries of a failing
+    attempt spent during a long outage, an execution lost) would stay PENDING forever: start a new execution
+    for it. Counted and committed first, so a crash before the start is found again on the next tick; if
+    the old execution was in fact alive, the receiver sees the same webhook-id twice and keeps one."""
+    if deps.deliveries is None:
+        return
+    q, now = deps.db.q, deps.clock.now()
+    with deps.db.transaction() as conn:
+        rows = conn.execute(
+            q.restart_stalled_deliveries,
+            {"now": now, "stalled_before": now - deps.delivery_stall, "limit": deps.batch_size},
+        ).fetchall()
+    for row in rows:
+        logger.warning(
+            "restarting a stalled webhook delivery",
+            extra={
+                "delivery_id": str(row["delivery_id"]),
+                "tenant_id": str(row["tenant_id"]),
+                "endpoint_id": str(row["endpoint_id"]),
+                "restarts": row["restarts"],
+            },
+        )
+        deps.deliveries.start(
+            row["delivery_id"], execution_name(row["delivery_id"], row["replays"], row["restarts"])
+        )
+        report.deliveries_restarted += 1
+    deps.metrics.count(DELIVERIES_RESTARTED, report.deliveries_restarted)
+
+
+def publish_backlog_metrics(deps: SchedulerDeps, report: SchedulerReport) -> None:
+    q, now = deps.db.q, deps.clock.now()
+    with deps.db.transaction() as conn:
+        backlog = conn.execute(q.backlog_metrics, {"now": now}).fetchone()
+        outbox = conn.execute(q.oldest_unpublished_outbox).fetchone()
+    assert backlog is not None
+    assert outbox is not None
+    report.runnable = backlog["runnable"]
+    report.oldest_eligible_age_seconds = _age(now, backlog["oldest_eligible"])
+    report.oldest_unpublished_age_seconds = _age(now, outbox["oldest"])
+    deps.metrics.gauge("RunnableJobs", report.runnable)
+    deps.metrics.gauge("RunningJobs", backlog["running"])
+    deps.metrics.gauge("WaitingRetries", backlog["waiting"])
+    deps.metrics.gauge("OldestEligibleJobAge", report.oldest_eligible_age_seconds, "Seconds")
+    deps.metrics.gauge("OldestUnpublishedOutboxAge", report.oldest_unpublished_age_seconds, "Seconds")
+    deps.metrics.gauge("UnpublishedOutboxEvents", outbox["unpublished"])
+
+
+def _age(now: datetime, since: datetime | None) -> float:
+    return max((now - since).total_seconds(), 0.0) if since else 0.0
+
+
+@dataclass(frozen=True)
+class PipelineProgress:
+    events: int
+    published: int
+    received: int
+
+
+def read_pipeline_progress(db: Database) -> PipelineProgress:
+    """How far events have travelled: written to the outbox, published, taken in by a worker."""
+    with db.transaction() as conn:
+        row = conn.execute(db.q.pipeline_progress).fetchone()
+    assert row is not None
+    return PipelineProgress(**row)

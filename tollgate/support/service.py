@@ -1,0 +1,455 @@
+"""Support staff's tools: reconcile and redrive dead letters, retry exhausted jobs, with an audit trail.
+
+The database is the authority. A dead letter is redriven only after its job's state says what to do:
+a job still waiting is signalled again, a job that ran out of attempts (or of time) gets a new budget
+first, a running job is left to its lease, and a finished job is never touched (its stale message is
+removed from the DLQ, and the audit row says why). Every action writes an audit row: who, why, what, when.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from psycopg.types.json import Jsonb
+from pydantic import BaseModel, ValidationError
+
+from tollgate.core.clock import Clock, IdFactory
+from tollgate.core.errors import InvalidRequest, InvalidState, NotFound, TollgateError
+from tollgate.core.job_states import JobState
+from tollgate.db import Database
+from tollgate.delivery.deliveries import (
+    DeliveryList,
+    ReplayDeps,
+    ReplayResult,
+    list_deliveries,
+    replay_delivery,
+)
+from tollgate.events import ExtractionRequested, UnknownEventType, outbox_row
+from tollgate.outbox.relay import OutboxEvent
+from tollgate.tenants.suppliers import find_tenant
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+# Terminal failures that a new budget can cure; others (a refusal, a lost document) need --include-failed.
+EXHAUSTED_REASONS = frozenset({"attempts_exhausted", "deadline_exceeded"})
+
+
+class Decision(StrEnum):
+    REDRIVE = "redrive"  # the job still waits: signal it again
+    RESET_AND_REDRIVE = "reset_and_redrive"  # give the job a new attempt budget, then signal it
+    DISCARD = "discard"  # the job finished: the message carries nothing left to do
+    LEAVE = "leave"  # a person must look: stays in the DLQ
+
+
+class NotConfigured(TollgateError):
+    problem_type = "not-configured"
+    status = 503
+    title = "This command needs a setting that is not there"
+
+
+@dataclass(frozen=True)
+class SupportDeps:
+    """What support commands use. The database is always there; the queues (``dlq`` commands) and the
+    webhook dispatcher (replays) only when configured, so reading jobs needs nothing but the database."""
+
+    db: Database
+    clock: Clock
+    new_id: IdFactory
+    sleep: Callable[[float], None]
+    actor: str
+    sqs: SQSClient | None = None
+    queue_url: str = ""
+    dlq_url: str = ""
+    replays: ReplayDeps | None = None
+    extra_attempts: int = 3
+    deadline_seconds: int = 3600
+
+    def queues(self) -> SQSClient:
+        if self.sqs is None or not self.queue_url or not self.dlq_url:
+            raise NotConfigured(
+                "this command uses the jobs queues: set JOBS_QUEUE_URL and JOBS_DLQ_URL, "
+                "or start `tollgate local up`"
+            )
+        return self.sqs
+
+
+@dataclass
+class DeadLetter:
+    message_id: str
+    receipt_handle: str
+    body: str
+    receive_count: int
+    group_id: str | None
+    event: OutboxEvent | None
+    problem: str | None = None
+
+    @property
+    def job_id(self) -> UUID | None:
+        if self.event is None:
+            return None
+        try:
+            return self.event.data().job_id
+        except (ValidationError, UnknownEventType):
+            return None
+
+
+@dataclass
+class RedriveItem:
+    letter: DeadLetter
+    decision: Decision
+    why: str
+    job_state: str | None = None
+    done: bool = False
+    audit_id: int | None = None
+
+
+@dataclass
+class RedriveReport:
+    items: list[RedriveItem] = field(default_factory=list)
+    dry_run: bool = False
+
+    def count(self, decision: Decision) -> int:
+        return sum(1 for item in self.items if item.decision is decision)
+
+
+def _letter(message: dict[str, Any]) -> DeadLetter:
+    attributes = message.get("Attributes", {})
+    letter = DeadLetter(
+        message_id=message["MessageId"],
+        receipt_handle=message["ReceiptHandle"],
+        body=message["Body"],
+        receive_count=int(attributes.get("ApproximateReceiveCount", 0)),
+        group_id=attributes.get("MessageGroupId"),
+        event=None,
+    )
+    try:
+        letter.event = OutboxEvent.model_validate_json(message["Body"])
+    except ValidationError as error:
+        letter.problem = f"not an outbox event: {error.error_count()} validation error(s)"
+    return letter
+
+
+def receive_dead_letters(deps: SupportDeps, limit: int, hold_seconds: int = 30) -> list[DeadLetter]:
+    """Up to ``limit`` dead letters, hidden from other readers for ``hold_seconds`` while we look."""
+    sqs = deps.queues()
+    letters: list[DeadLetter] = []
+    while len(letters) < limit:
+        batch = sqs.receive_message(
+            QueueUrl=deps.dlq_url,
+            MaxNumberOfMessages=min(10, limit - len(letters)),
+            WaitTimeSeconds=0,
+            VisibilityTimeout=hold_seconds,
+            MessageSystemAttributeNames=["All"],
+        ).get("Messages", [])
+        if not batch:
+            break
+        letters.extend(_letter(dict(m)) for m in batch)
+    return letters
+
+
+def release(deps: SupportDeps, letters: list[DeadLetter]) -> None:
+    """Makes looked-at letters visible again at once (listing must not hide them from a redrive)."""
+    sqs = deps.queues()
+    for letter in letters:
+        sqs.change_message_visibility(
+            QueueUrl=deps.dlq_url, ReceiptHandle=letter.receipt_handle, VisibilityTimeout=0
+        )
+
+
+def decide(deps: SupportDeps, letter: DeadLetter, include_failed: bool) -> RedriveItem:
+    if letter.event is None or letter.job_id is None:
+        return RedriveItem(letter, Decision.LEAVE, letter.problem or "the event names no job")
+    with deps.db.transaction() as conn:
+        job = conn.execute(deps.db.q.support_get_job, {"job_id": letter.job_id}).fetchone()
+    if job is None:
+        return RedriveItem(letter, Decision.LEAVE, f"no job {letter.job_id} in the database")
+    state = JobState(job["state"])
+    reason = (job["last_error"] or {}).get("reason")
+    if state in {JobState.READY, JobState.RETRY_SCHEDULED}:
+        return RedriveItem(
+            letter, Decision.REDRIVE, f"the job is {state.value}: signal it again", state.value
+        )
+    if state is JobState.RUNNING:
+        return RedriveItem(letter, Decision.LEAVE, "the job is RUNNING: its lease decides", state.value)
+    if state is JobState.FAILED_TERMINAL and (reason in EXHAUSTED_REASONS or include_failed):
+        why = f"the job failed ({reason}): a new budget of {deps.extra_attempts} attempts, then redrive"
+        return RedriveItem(letter, Decision.RESET_AND_REDRIVE, why, state.value)
+    if state is JobState.FAILED_TERMINAL:
+        why = f"the job failed for a reason a retry will not cure ({reason}); use --include-failed to retry"
+        return RedriveItem(letter, Decision.LEAVE, why, state.value)
+    return RedriveItem(
+        letter, Decision.DISCARD, f"the job already ended {state.value}; nothing to redrive", state.value
+    )
+
+
+def _require_reason(reason: str) -> None:
+    if len(reason.strip()) < 3:
+        raise InvalidRequest("say why (--reason): it goes into the audit trail")
+
+
+def _audit(
+    conn: Any, deps: SupportDeps, reason: str, *, action: str, target: str, outcome: str, details: Any
+) -> int:
+    row = conn.execute(
+        deps.db.q.insert_audit,
+        {
+            "actor": deps.actor,
+            "reason": reason,
+            "action": action,
+            "target": target,
+            "outcome": outcome,
+            "details": Jsonb(details),
+        },
+    ).fetchone()
+    assert row is not None
+    return int(row["audit_id"])
+
+
+def _resend(deps: SupportDeps, letter: DeadLetter, audit_id: int) -> None:
+    assert letter.event is not None
+    deps.queues().send_message(
+        QueueUrl=deps.queue_url,
+        MessageBody=letter.body,
+        MessageGroupId=letter.group_id or str(letter.event.tenant_id),
+        # A new deduplication id: the original's may still be remembered by SQS for five minutes.
+        MessageDeduplicationId=f"{letter.event.event_id}-redrive-{audit_id}",
+    )
+
+
+def redrive_dead_letters(
+    deps: SupportDeps,
+    *,
+    reason: str,
+    dry_run: bool = False,
+    max_per_second: float = 5.0,
+    include_failed: bool = False,
+    limit: int = 100,
+) -> RedriveReport:
+    _require_reason(reason)
+    if max_per_second <= 0:
+        raise InvalidRequest("--max-per-second must be positive")
+    letters = receive_dead_letters(deps, limit)
+    report = RedriveReport(dry_run=dry_run)
+    for index, letter in enumerate(letters):
+        item = decide(deps, letter, include_failed)
+        report.items.append(item)
+        if dry_run or item.decision is Decision.LEAVE:
+            continue
+        if index:
+            deps.sleep(1.0 / max_per_second)  # redriving must not itself become a stampede
+        _apply(deps, item, reason)
+    release(deps, [i.letter for i in report.items if not i.done])
+    return report
+
+
+def _apply(deps: SupportDeps, item: RedriveItem, reason: str) -> None:
+    letter = item.letter
+    assert letter.event is not None
+    assert letter.job_id is not None
+    details = {"message_id": letter.message_id, "event_id": str(letter.event.event_id), "why": item.why}
+    with deps.db.transaction() as conn:
+        if item.decision is Decision.RESET_AND_REDRIVE:
+            reset = conn.execute(
+                deps.db.q.reset_failed_job,
+                {
+                    "job_id": letter.job_id,
+                    "extra_attempts": deps.extra_attempts,
+                    "deadline_seconds": deps.deadline_seconds,
+                    "now": deps.clock.now(),
+                },
+            ).fetchone()
+            if reset is None:  # the job moved since we looked: look again next time
+                return
+        item.audit_id = _audit(
+            conn,
+            deps,
+            reason,
+            action="dlq_redrive",
+            target=str(letter.job_id),
+            outcome=item.decision.value,
+            details=details,
+        )
+    if item.decision is not Decision.DISCARD:
+        _resend(deps, letter, item.audit_id)
+    deps.queues().delete_message(QueueUrl=deps.dlq_url, ReceiptHandle=letter.receipt_handle)
+    item.done = True
+
+
+def retry_job(deps: SupportDeps, job_id: UUID, reason: str) -> int:
+    """Gives a terminally failed job a new attempt budget and signals the workers; returns the audit id."""
+    _require_reason(reason)
+    with deps.db.transaction() as conn:
+        job = conn.execute(deps.db.q.support_get_job, {"job_id": job_id}).fetchone()
+        if job is None:
+            raise NotFound(f"no job {job_id}")
+        reset = conn.execute(
+            deps.db.q.reset_failed_job,
+            {
+                "job_id": job_id,
+                "extra_attempts": deps.extra_attempts,
+                "deadline_seconds": deps.deadline_seconds,
+                "now": deps.clock.now(),
+            },
+        ).fetchone()
+        if reset is None:
+            raise InvalidState(f"the job is {job['state']}; only FAILED_TERMINAL jobs can be retried")
+        requested = ExtractionRequested(
+            job_id=job_id, tenant_id=reset["tenant_id"], state_version=reset["state_version"]
+        )
+        conn.execute(
+            deps.db.q.insert_outbox_event, outbox_row(requested, event_id=deps.new_id(), trace_context=None)
+        )
+        details = {
+            "previous": json.loads(json.dumps(job["last_error"] or {})),
+            "extra_attempts": deps.extra_attempts,
+        }
+        return _audit(
+            conn, deps, reason, action="job_retry", target=str(job_id), outcome="reset", details=details
+        )
+
+
+def start_bulk_move(sqs: SQSClient, dlq_arn: str, queue_arn: str, max_per_second: int) -> str:
+    """Moves every DLQ message back with SQS's own move task: fast, but reconciles nothing with the
+    database. For when the cause was upstream of every message (the worker was down), not per job."""
+    response = sqs.start_message_move_task(
+        SourceArn=dlq_arn, DestinationArn=queue_arn, MaxNumberOfMessagesPerSecond=max_per_second
+    )
+    return response["TaskHandle"]
+
+
+def move_all_dead_letters(deps: SupportDeps, reason: str, max_per_second: int) -> tuple[str, int]:
+    """Starts the bulk move of every dead letter back to the jobs queue, audited; returns the task handle
+    and the audit id."""
+    _require_reason(reason)
+    sqs = deps.queues()
+    dlq_arn, queue_arn = (
+        sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        for url in (deps.dlq_url, deps.queue_url)
+    )
+    handle = start_bulk_move(sqs, dlq_arn, queue_arn, max_per_second)
+    with deps.db.transaction() as conn:
+        audit_id = _audit(
+            conn,
+            deps,
+            reason,
+            action="dlq_move_all",
+            target=dlq_arn,
+            outcome="started",
+            details={"task_handle": handle},
+        )
+    return handle, audit_id
+
+
+def replay_delivery_audited(
+    deps: SupportDeps, tenant: str, endpoint_id: UUID, delivery_id: UUID, reason: str
+) -> tuple[ReplayResult, int]:
+    """Sends one of a tenant's deliveries again under its webhook-id, audited; returns what was replayed
+    and the audit id."""
+    _require_reason(reason)
+    if deps.replays is None:
+        raise NotConfigured("set WEBHOOK_STATE_MACHINE_ARN: there is no dispatcher to replay through")
+    result = replay_delivery(deps.replays, find_tenant(deps.db, tenant), endpoint_id, delivery_id)
+    with deps.db.transaction() as conn:
+        audit_id = _audit(
+            conn,
+            deps,
+            reason,
+            action="delivery_replay",
+            target=str(delivery_id),
+            outcome="started",
+            details={"replayed": [str(r) for r in result.replayed]},
+        )
+    return result, audit_id
+
+
+class JobSummary(BaseModel):
+    job_id: UUID
+    tenant_id: UUID
+    tenant: str
+    state: str
+    attempt: int
+    max_attempts: int
+    reason: str | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class AttemptRecord(BaseModel):
+    attempt: int
+    fence: int
+    worker_id: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    outcome: str | None
+    model: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    cost_usd: Decimal | None
+    latency_ms: int | None
+    provider_request_id: str | None
+    error: Any
+
+
+class AuditEntry(BaseModel):
+    audit_id: int
+    created_at: datetime
+    actor: str
+    action: str
+    outcome: str
+    reason: str
+    details: Any
+
+
+class JobDetail(BaseModel):
+    job_id: UUID
+    tenant_id: UUID
+    tenant: str
+    job_type: str
+    state: str
+    state_version: int
+    attempt: int
+    max_attempts: int
+    deadline_at: datetime
+    created_at: datetime
+    finished_at: datetime | None
+    last_error: dict[str, Any] | None
+    policy_version: str | None
+    # Each as the validation policy wrote it: {"code", "field", "detail"}.
+    review_reasons: list[dict[str, Any]]
+    attempts: list[AttemptRecord]
+    audit: list[AuditEntry]
+
+
+def list_jobs(db: Database, *, state: JobState | None, tenant: str | None, limit: int) -> list[JobSummary]:
+    """Recent jobs, newest first; a tenant that does not exist is an error, not an empty list."""
+    tenant_id = find_tenant(db, tenant) if tenant is not None else None
+    with db.transaction() as conn:
+        rows = conn.execute(
+            db.q.support_list_jobs,
+            {"state": state.value if state else None, "tenant_id": tenant_id, "limit": limit},
+        ).fetchall()
+    return [JobSummary.model_validate(row) for row in rows]
+
+
+def show_job(db: Database, job_id: UUID) -> JobDetail:
+    """A job with its tenant, review reasons, every attempt and what support did to it."""
+    with db.transaction() as conn:
+        job = conn.execute(db.q.support_show_job, {"job_id": job_id}).fetchone()
+        if job is None:
+            raise NotFound(f"no job {job_id}")
+        attempts = conn.execute(db.q.support_job_attempts, {"job_id": job_id}).fetchall()
+        trail = conn.execute(db.q.audit_for_target, {"target": str(job_id)}).fetchall()
+    return JobDetail.model_validate({**job, "attempts": attempts, "audit": trail})
+
+
+def list_tenant_deliveries(db: Database, tenant: str, endpoint_id: UUID, limit: int) -> DeliveryList:
+    """A tenant's endpoint's deliveries, named as support names them (the tenant by its name)."""
+    return list_deliveries(db, find_tenant(db, tenant), endpoint_id, limit)

@@ -1,0 +1,36 @@
+"""The API Gateway TOKEN authorizer's use case: a Bearer key in, an IAM policy with the tenant out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tollgate.tenants.keys import ApiKeyResolver, bearer_token
+
+
+class Denied(Exception):
+    """API Gateway answers 401 when an authorizer raises with the message "Unauthorized"."""
+
+    def __init__(self) -> None:
+        super().__init__("Unauthorized")
+
+
+def authorize_request(
+    resolver: ApiKeyResolver, authorization_token: str | None, method_arn: str
+) -> dict[str, Any]:
+    token = bearer_token(authorization_token)
+    principal = resolver.resolve(token) if token else None
+    if principal is None:
+        raise Denied
+    # Allow every method of this API and stage: API Gateway caches the policy per key, so a policy for
+    # the one method called would deny the key's next, different call until the cache expires.
+    arn_parts = method_arn.split(":", 5)
+    api_id, stage = arn_parts[5].split("/")[:2]
+    resource = ":".join(arn_parts[:5]) + f":{api_id}/{stage}/*/*"
+    return {
+        "principalId": str(principal.key_id),
+        "policyDocument": {
+            "Version": "2012-10-17",
+            "Statement": [{"Action": "execute-api:Invoke", "Effect": "Allow", "Resource": resource}],
+        },
+        "context": {"tenant_id": str(principal.tenant_id), "key_id": str(principal.key_id)},
+    }

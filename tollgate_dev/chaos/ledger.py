@@ -1,0 +1,433 @@
+"""The ledger check: after a run, reconciles the database, the jobs queue and its dead letters, and the
+tenants' ERP logs, and says which of the system's promises held.
+
+Each promise is checked against evidence kept in another place, so a bug in one place cannot vouch for
+itself: a job's attempt counter against its attempt records, its terminal state against its outbox event,
+the event against its deliveries, and a delivery against what the ERP says it acted on.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from pydantic import ValidationError
+
+from tollgate.core.job_states import TERMINAL_STATES, JobState
+from tollgate.db import Database
+from tollgate.events import EXTRACTION_REQUESTED, WEBHOOK_EVENT_TYPES, UnknownEventType
+from tollgate.execution.attempt import EVENT_FOR_STATE
+from tollgate.outbox.relay import OutboxEvent
+from tollgate_dev.chaos.erp import ErpEffect
+from tollgate_dev.queries import dev_queries
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+JOBS_EXPLAINED = "jobs_explained"
+NO_DUPLICATE_RESULTS = "no_duplicate_results"
+NO_LOST_EVENTS = "no_lost_events"
+ATTEMPTS_CONSISTENT = "attempts_consistent"
+NO_DUPLICATE_ERP_EFFECTS = "no_duplicate_erp_effects"
+QUEUES_RECONCILED = "queues_reconciled"
+
+TITLES = {
+    JOBS_EXPLAINED: "every admitted job is terminal, and its end is explained",
+    NO_DUPLICATE_RESULTS: "no job has more than one result",
+    NO_LOST_EVENTS: "no outbox event lost: published, received, delivered to the ERP",
+    ATTEMPTS_CONSISTENT: "attempt counters agree with the attempt records",
+    NO_DUPLICATE_ERP_EFFECTS: "no ERP effect duplicated",
+    QUEUES_RECONCILED: "jobs queue drained, every dead letter explained",
+}
+# The states a job can end in by extraction; which of them its invoice explains is the caller's knowledge.
+EXTRACTED_STATES = frozenset({JobState.SUCCEEDED.value, JobState.REVIEW_REQUIRED.value})
+# Enough examples to find the cause; the count says how many there were.
+MAX_EXAMPLES = 20
+
+
+@dataclass
+class Invariant:
+    key: str
+    title: str
+    checked: int = 0
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def held(self) -> bool:
+        return not self.violations
+
+    def fail(self, detail: str) -> None:
+        self.violations.append(detail)
+
+
+@dataclass
+class LedgerReport:
+    invariants: dict[str, Invariant]
+    totals: dict[str, int]
+
+    @property
+    def ok(self) -> bool:
+        return all(invariant.held for invariant in self.invariants.values())
+
+    @property
+    def broken(self) -> set[str]:
+        return {key for key, invariant in self.invariants.items() if not invariant.held}
+
+
+@dataclass(frozen=True)
+class DeadLetterFact:
+    message_id: str
+    event_id: UUID | None
+    job_id: UUID | None
+
+
+@dataclass(frozen=True)
+class QueueFacts:
+    messages_left: int  # visible, in flight or delayed on the jobs queue
+    dlq_depth: int
+    dead_letters: tuple[DeadLetterFact, ...] = ()
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """What the run's traffic explains. ``acknowledged``: every job a tenant was told was accepted, with the
+    states its invoice explains (empty: either extraction outcome); None takes every job found as
+    acknowledged. ``explained_failures``: the FAILED_TERMINAL reasons the run's faults can cause."""
+
+    acknowledged: Mapping[UUID, frozenset[str]] | None = None
+    cancel_requested: frozenset[UUID] = frozenset()
+    explained_failures: frozenset[str] = frozenset({"attempts_exhausted"})
+
+
+@dataclass
+class _Job:
+    row: dict[str, Any]
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    requested: list[dict[str, Any]] = field(default_factory=list)
+    terminal_events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def job_id(self) -> UUID:
+        job_id: UUID = self.row["job_id"]
+        return job_id
+
+    @property
+    def state(self) -> str:
+        state: str = self.row["state"]
+        return state
+
+    @property
+    def label(self) -> str:
+        return f"job {self.job_id} ({self.state})"
+
+    @property
+    def committed_attempts(self) -> list[int]:
+        """Attempts whose fenced completion committed a result (a discarded stale answer is not one)."""
+        return [a["attempt"] for a in self.attempts if a["outcome"] == "ok"]
+
+
+@dataclass(frozen=True)
+class _Facts:
+    jobs: dict[UUID, _Job]
+    events: list[dict[str, Any]]
+    inbox: set[UUID]
+    endpoints: list[dict[str, Any]]
+    deliveries: list[dict[str, Any]]
+    erp_effects: Sequence[ErpEffect]
+    queues: QueueFacts
+
+
+def read_queues(sqs: SQSClient, queue_url: str, dlq_url: str, max_letters: int = 100) -> QueueFacts:
+    """The jobs queue's leftovers and a look at each dead letter (made visible again afterwards)."""
+
+    def depth(url: str) -> int:
+        attributes = sqs.get_queue_attributes(
+            QueueUrl=url,
+            AttributeNames=[
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesNotVisible",
+                "ApproximateNumberOfMessagesDelayed",
+            ],
+        )["Attributes"]
+        return sum(int(value) for value in attributes.values())
+
+    letters: list[DeadLetterFact] = []
+    handles: list[str] = []
+    while len(letters) < max_letters:
+        batch = sqs.receive_message(
+            QueueUrl=dlq_url, MaxNumberOfMessages=10, WaitTimeSeconds=0, VisibilityTimeout=30
+        ).get("Messages", [])
+        if not batch:
+            break
+        for message in batch:
+            handles.append(message["ReceiptHandle"])
+            letters.append(_dead_letter(message["MessageId"], message["Body"]))
+    for handle in handles:
+        sqs.change_message_visibility(QueueUrl=dlq_url, ReceiptHandle=handle, VisibilityTimeout=0)
+    return QueueFacts(depth(queue_url), depth(dlq_url), tuple(letters))
+
+
+def _dead_letter(message_id: str, body: str) -> DeadLetterFact:
+    try:
+        event = OutboxEvent.model_validate_json(body)
+    except ValidationError:
+        return DeadLetterFact(message_id, None, None)
+    try:
+        job_id = event.data().job_id
+    except (ValidationError, UnknownEventType):
+        return DeadLetterFact(message_id, event.event_id, None)
+    return DeadLetterFact(message_id, event.event_id, job_id)
+
+
+def check_ledger(
+    db: Database,
+    tenant_ids: Sequence[UUID],
+    *,
+    queues: QueueFacts,
+    erp_effects: Sequence[ErpEffect],
+    expectations: Expectations | None = None,
+) -> LedgerReport:
+    expectations = expectations or Expectations()
+    params = {"tenant_ids": list(tenant_ids)}
+    q = dev_queries()
+    with db.transaction() as conn:
+        job_rows = conn.execute(q.ledger_jobs, params).fetchall()
+        attempt_rows = conn.execute(q.ledger_attempts, params).fetchall()
+        events = conn.execute(q.ledger_events, params).fetchall()
+        inbox = {row["event_id"] for row in conn.execute(q.ledger_inbox, params)}
+        endpoints = conn.execute(q.ledger_endpoints, params).fetchall()
+        deliveries = conn.execute(q.ledger_deliveries, params).fetchall()
+
+    jobs = {row["job_id"]: _Job(row) for row in job_rows}
+    for attempt in attempt_rows:
+        if attempt["job_id"] in jobs:
+            jobs[attempt["job_id"]].attempts.append(attempt)
+    for event in events:
+        job = jobs.get(event["aggregate_id"])
+        if job is None:
+            continue
+        if event["event_type"] == EXTRACTION_REQUESTED:
+            job.requested.append(event)
+        elif event["event_type"] in WEBHOOK_EVENT_TYPES:
+            job.terminal_events.append(event)
+
+    invariants = {key: Invariant(key, title) for key, title in TITLES.items()}
+    _check_jobs(invariants[JOBS_EXPLAINED], jobs, expectations)
+    _check_results(invariants[NO_DUPLICATE_RESULTS], jobs.values())
+    facts = _Facts(jobs, events, inbox, endpoints, deliveries, erp_effects, queues)
+    _check_events(invariants[NO_LOST_EVENTS], facts)
+    _check_attempts(invariants[ATTEMPTS_CONSISTENT], jobs.values())
+    _check_erp(invariants[NO_DUPLICATE_ERP_EFFECTS], jobs, deliveries, erp_effects)
+    _check_queues(invariants[QUEUES_RECONCILED], jobs, queues)
+
+    states = Counter(job.state for job in jobs.values())
+    totals = {
+        "jobs": len(jobs),
+        **{f"jobs {state}": count for state, count in sorted(states.items())},
+        "attempts": len(attempt_rows),
+        "outbox events": len(events),
+        "events published": sum(1 for e in events if e["published_at"] is not None),
+        "deliveries": len(deliveries),
+        "deliveries delivered": sum(1 for d in deliveries if d["state"] == "DELIVERED"),
+        "ERP effects": len(erp_effects),
+        "dead letters": queues.dlq_depth,
+    }
+    return LedgerReport(invariants, totals)
+
+
+def _check_jobs(invariant: Invariant, jobs: Mapping[UUID, _Job], expectations: Expectations) -> None:
+    acknowledged = expectations.acknowledged
+    if acknowledged is not None:
+        for job_id in sorted(set(acknowledged) - set(jobs), key=str):
+            invariant.fail(f"job {job_id} was acknowledged to its tenant but is not in the database")
+        for job_id in sorted(set(jobs) - set(acknowledged), key=str):
+            invariant.fail(f"job {job_id} is in the database but its tenant was never told of it")
+    for job in jobs.values():
+        invariant.checked += 1
+        problem = _unexplained(job, expectations)
+        if problem:
+            invariant.fail(f"{job.label}: {problem}")
+
+
+def _unexplained(job: _Job, expectations: Expectations) -> str | None:
+    state = job.state
+    if state not in TERMINAL_STATES:
+        return "not terminal"
+    result_attempt = job.row["result_attempt"]
+    if state in EXTRACTED_STATES:
+        if result_attempt is None:
+            return "ended by extraction but has no result"
+        explained = (expectations.acknowledged or {}).get(job.job_id) or EXTRACTED_STATES
+        if state not in explained:
+            return f"its invoice explains {' or '.join(sorted(explained))}"
+        return None
+    if result_attempt is not None:
+        return f"has a result from attempt {result_attempt}"
+    if state == JobState.CANCELLED:
+        return None if job.job_id in expectations.cancel_requested else "cancelled, but nobody asked"
+    reason = (job.row["last_error"] or {}).get("reason")
+    if not reason:
+        return "failed without a recorded reason"
+    if reason not in expectations.explained_failures:
+        return f"failed for {reason!r}, which nothing in this run explains"
+    if reason == "attempts_exhausted":
+        if job.row["attempt"] < job.row["max_attempts"]:
+            return f"attempts_exhausted after {job.row['attempt']} of {job.row['max_attempts']} attempts"
+        if job.committed_attempts:
+            return "attempts_exhausted, yet an attempt committed a result"
+    return None
+
+
+def _check_results(invariant: Invariant, jobs: Iterable[_Job]) -> None:
+    for job in jobs:
+        invariant.checked += 1
+        committed = job.committed_attempts
+        if len(committed) > 1:
+            invariant.fail(f"{job.label}: attempts {committed} each committed a result")
+        result_attempt = job.row["result_attempt"]
+        if result_attempt is not None and committed and result_attempt != committed[-1]:
+            invariant.fail(
+                f"{job.label}: the result is attempt {result_attempt}'s, attempt {committed[-1]} committed"
+            )
+        if len(job.terminal_events) > 1:
+            invariant.fail(f"{job.label}: finished {len(job.terminal_events)} times (terminal events)")
+
+
+def _check_events(invariant: Invariant, facts: _Facts) -> None:
+    _check_publication(invariant, facts)
+    _check_job_events(invariant, facts.jobs)
+    _check_deliveries(invariant, facts)
+
+
+def _check_publication(invariant: Invariant, facts: _Facts) -> None:
+    """Every event left the outbox, and every extraction.requested reached a worker (or the DLQ)."""
+    dead_events = {letter.event_id for letter in facts.queues.dead_letters if letter.event_id}
+    for event in facts.events:
+        invariant.checked += 1
+        if event["published_at"] is None:
+            invariant.fail(f"event {event['event_id']} ({event['event_type']}) was never published")
+        elif event["event_type"] == EXTRACTION_REQUESTED and not (
+            event["event_id"] in facts.inbox or event["event_id"] in dead_events
+        ):
+            invariant.fail(f"event {event['event_id']} of job {event['aggregate_id']} never reached a worker")
+
+
+def _check_job_events(invariant: Invariant, jobs: Mapping[UUID, _Job]) -> None:
+    """One extraction.requested per job, and a terminal job's event says how it ended."""
+    for job in jobs.values():
+        if len(job.requested) != 1:
+            invariant.fail(f"{job.label}: {len(job.requested)} extraction.requested events")
+        expected = EVENT_FOR_STATE.get(JobState(job.state))
+        if expected is None:
+            if job.terminal_events:
+                invariant.fail(f"{job.label}: has a terminal event but did not end by one")
+            continue
+        if not job.terminal_events:
+            invariant.fail(f"{job.label}: finished without its {expected} event")
+        for event in job.terminal_events:
+            if event["event_type"] != expected or event["state"] != job.state:
+                invariant.fail(f"{job.label}: its event says {event['event_type']} / {event['state']}")
+
+
+def _check_deliveries(invariant: Invariant, facts: _Facts) -> None:
+    """Each webhook event fanned out to every endpoint subscribed to it, and each delivery reached the ERP."""
+    by_event: dict[UUID, int] = Counter(delivery["event_id"] for delivery in facts.deliveries)
+    for event in facts.events:
+        if event["event_type"] not in WEBHOOK_EVENT_TYPES:
+            continue
+        wanted = sum(1 for endpoint in facts.endpoints if _subscribed(endpoint, event))
+        found = by_event.get(event["event_id"], 0)
+        if found < wanted:
+            invariant.fail(
+                f"event {event['event_id']} of job {event['aggregate_id']} has {found} of {wanted} deliveries"
+            )
+    applied = {effect.webhook_id for effect in facts.erp_effects}
+    for delivery in facts.deliveries:
+        invariant.checked += 1
+        if delivery["state"] != "DELIVERED":
+            invariant.fail(
+                f"delivery {delivery['delivery_id']} is {delivery['state']} after {delivery['attempts']} "
+                "attempts"
+            )
+        elif str(delivery["delivery_id"]) not in applied:
+            invariant.fail(f"delivery {delivery['delivery_id']} is DELIVERED, but the ERP never received it")
+
+
+def _subscribed(endpoint: dict[str, Any], event: dict[str, Any]) -> bool:
+    created: datetime = endpoint["created_at"]
+    deleted: datetime | None = endpoint["deleted_at"]
+    return (
+        endpoint["tenant_id"] == event["tenant_id"]
+        and event["event_type"] in endpoint["event_types"]
+        and endpoint["enabled"]
+        and created <= event["created_at"]
+        and (deleted is None or deleted > event["created_at"])
+    )
+
+
+def _check_attempts(invariant: Invariant, jobs: Iterable[_Job]) -> None:
+    for job in jobs:
+        invariant.checked += 1
+        numbers = [a["attempt"] for a in job.attempts]
+        if job.row["attempt"] != len(numbers):
+            invariant.fail(f"{job.label}: counter says {job.row['attempt']}, {len(numbers)} attempt records")
+        elif numbers != list(range(1, len(numbers) + 1)):
+            invariant.fail(f"{job.label}: attempt records {numbers} are not 1..{len(numbers)}")
+        fences = [a["fence"] for a in job.attempts]
+        if any(later <= earlier for earlier, later in itertools.pairwise(fences)):
+            invariant.fail(f"{job.label}: fences {fences} do not rise with the attempts")
+        if job.state in TERMINAL_STATES:
+            unclosed = [a["attempt"] for a in job.attempts if a["finished_at"] is None or not a["outcome"]]
+            if unclosed:
+                invariant.fail(f"{job.label}: attempts {unclosed} were never closed")
+
+
+def _check_erp(
+    invariant: Invariant,
+    jobs: Mapping[UUID, _Job],
+    deliveries: Sequence[dict[str, Any]],
+    erp_effects: Sequence[ErpEffect],
+) -> None:
+    known = {str(d["delivery_id"]) for d in deliveries}
+    by_job: dict[str, list[ErpEffect]] = defaultdict(list)
+    for effect in erp_effects:
+        invariant.checked += 1
+        by_job[effect.job_id].append(effect)
+        if effect.webhook_id not in known:
+            invariant.fail(f"the ERP acted on webhook {effect.webhook_id}, which no delivery explains")
+            continue
+        effect_job = _uuid(effect.job_id)
+        job = jobs.get(effect_job) if effect_job is not None else None
+        if job is not None and effect.state != job.state:
+            invariant.fail(f"the ERP booked {effect.state} for {job.label}")
+    for job_id, effects in by_job.items():
+        if len(effects) > 1:
+            ids = ", ".join(e.webhook_id for e in effects)
+            invariant.fail(f"the ERP acted {len(effects)} times on job {job_id} (webhooks {ids})")
+
+
+def _uuid(value: str) -> UUID | None:
+    try:
+        return UUID(value)
+    except ValueError:
+        return None
+
+
+def _check_queues(invariant: Invariant, jobs: Mapping[UUID, _Job], queues: QueueFacts) -> None:
+    invariant.checked += 1 + queues.dlq_depth
+    if queues.messages_left:
+        invariant.fail(f"{queues.messages_left} messages still on the jobs queue")
+    unread = queues.dlq_depth - len(queues.dead_letters)
+    if unread > 0:
+        invariant.fail(f"{unread} dead letters could not be read")
+    for letter in queues.dead_letters:
+        job = jobs.get(letter.job_id) if letter.job_id is not None else None
+        # The database owns the work: a dead letter whose job finished anyway only lost a signal.
+        if job is None or job.state not in TERMINAL_STATES:
+            state = job.state if job else "no such job"
+            invariant.fail(f"dead letter {letter.message_id} (job {letter.job_id}: {state})")

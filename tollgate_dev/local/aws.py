@@ -1,0 +1,152 @@
+"""moto as the AWS endpoint for local runs and tests: a real HTTP server on 127.0.0.1, the resources the
+stacks would create, and the one patch moto needs to keep DynamoDB's per-item atomicity."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+from moto.server import ThreadedMotoServer
+
+from tollgate.execution.limiter.dynamodb import KEY, TTL_ATTRIBUTE
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+FAKE_AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "eu-west-1",
+    "AWS_REGION": "eu-west-1",
+}
+
+
+class LocalAws:
+    """A moto server in this process; boto3 clients reach it through AWS_ENDPOINT_URL.
+
+    The process's AWS variables point at this server only while it runs: ``stop`` puts back what was there,
+    so a later server (or a test after this one) never inherits the address of one that is gone.
+    """
+
+    def __init__(self, port: int = 0) -> None:
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        self.endpoint_url = ""
+        self._replaced: dict[str, str | None] = {}
+
+    def start(self) -> str:
+        # moto's server logs every request line through werkzeug; the system's own logs say more.
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        self.endpoint_url = f"http://{host}:{port}"
+        # Only placeholders go in, so real credentials in the environment can never reach moto or AWS.
+        # moto's state machine interpreter calls Lambda on localhost:$MOTO_PORT (default 5000).
+        ours = {**FAKE_AWS_ENV, "AWS_ENDPOINT_URL": self.endpoint_url, "MOTO_PORT": str(port)}
+        self._replaced = {name: os.environ.get(name) for name in ours}
+        os.environ.update(ours)
+        return self.endpoint_url
+
+    def stop(self) -> None:
+        self._server.stop()
+        for name, value in self._replaced.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._replaced = {}
+
+
+def create_documents_bucket(name: str) -> None:
+    import boto3
+
+    s3 = boto3.client("s3")
+    existing = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
+    if name not in existing:
+        s3.create_bucket(Bucket=name, CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+    s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+
+
+@dataclass(frozen=True)
+class JobsQueues:
+    url: str
+    dlq_url: str
+
+
+def create_jobs_queues(name: str = "tollgate-jobs", max_receive_count: int = 5) -> JobsQueues:
+    """The jobs FIFO queue and its FIFO dead-letter queue, configured like the deployed pair."""
+    import boto3
+
+    sqs = boto3.client("sqs")
+    dlq_url = sqs.create_queue(
+        QueueName=f"{name}-dlq.fifo",
+        Attributes={"FifoQueue": "true", "MessageRetentionPeriod": str(14 * 24 * 3600)},
+    )["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    url = sqs.create_queue(
+        QueueName=f"{name}.fifo",
+        Attributes={
+            "FifoQueue": "true",
+            "VisibilityTimeout": "60",
+            "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count}
+            ),
+        },
+    )["QueueUrl"]
+    return JobsQueues(url, dlq_url)
+
+
+def create_limiter_table(client: DynamoDBClient, name: str) -> None:
+    """The limiter's table as the data stack makes it: on-demand, a string partition key, TTL on
+    ``expires_at``. Idempotent."""
+    try:
+        client.create_table(
+            TableName=name,
+            KeySchema=[{"AttributeName": KEY, "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": KEY, "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") != "ResourceInUseException":
+            raise
+    client.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
+    ttl = client.describe_time_to_live(TableName=name)["TimeToLiveDescription"]
+    if ttl.get("TimeToLiveStatus") not in ("ENABLED", "ENABLING"):
+        client.update_time_to_live(
+            TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE}
+        )
+
+
+def serialize_moto_dynamodb() -> Callable[[], None]:
+    """Makes an in-process moto server apply DynamoDB requests one at a time; returns the undo.
+
+    Real DynamoDB evaluates a condition and applies the update atomically per item. moto evaluates the
+    condition, then applies the update, in separate steps, so two concurrent requests can both pass one
+    condition (seen: 302 grants against a limit of 300 with 32 threads). This limiter's guarantees rest on
+    that atomicity, so local runs, tests and benchmarks on moto need it restored.
+    """
+    from moto.dynamodb.responses import DynamoHandler
+
+    original = DynamoHandler.call_action
+    if getattr(original, "_serialized", False):
+        return lambda: None
+    lock = threading.Lock()
+
+    def call_action(self: Any) -> Any:
+        with lock:
+            return original(self)
+
+    call_action._serialized = True  # type: ignore[attr-defined]
+    DynamoHandler.call_action = call_action  # type: ignore[method-assign]
+
+    def undo() -> None:
+        DynamoHandler.call_action = original  # type: ignore[method-assign]
+
+    return undo

@@ -1,0 +1,172 @@
+"""A small stand-in for API Gateway on 127.0.0.1: turns HTTP requests into REST proxy events.
+
+It runs the real authorizer use case first (TOKEN authorizer semantics: 401 when it denies, its context
+passed on as ``requestContext.authorizer``) and then the API's handle function, as Lambda would.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import uuid
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from aws_lambda_powertools import Logger
+
+from tollgate.api.app import DEPENDENCY_RETRY_AFTER_SECONDS
+from tollgate.api.problems import PROBLEM_CONTENT_TYPE, problem_body
+from tollgate.core.errors import DependencyUnavailable, PayloadTooLarge, TollgateError, Unauthorized
+from tollgate.tenants.authorizer import Denied
+
+logger = Logger(service="tollgate-local", child=True)
+
+ApiHandler = Callable[[dict[str, Any], Any], dict[str, Any]]
+Authorizer = Callable[[str | None, str], dict[str, Any]]
+
+PUBLIC_PATHS = {"/openapi.json"}
+STAGE = "local"
+API_ID = "local"
+# API Gateway's own limit on a request payload.
+MAX_PAYLOAD_BYTES = 10 * 1024 * 1024
+
+
+def build_event(method: str, raw_path: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
+    parts = urlsplit(raw_path)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    multi_query: dict[str, list[str]] = {}
+    for key, value in query:
+        multi_query.setdefault(key, []).append(value)
+    try:
+        text, is_base64 = body.decode("utf-8"), False
+    except UnicodeDecodeError:
+        text, is_base64 = base64.b64encode(body).decode(), True
+    return {
+        "resource": parts.path,
+        "path": parts.path,
+        "httpMethod": method,
+        "headers": dict(headers),
+        "multiValueHeaders": {k: [v] for k, v in headers.items()},
+        "queryStringParameters": dict(query) or None,
+        "multiValueQueryStringParameters": multi_query or None,
+        "pathParameters": None,
+        "stageVariables": None,
+        "requestContext": {
+            "accountId": "000000000000",
+            "apiId": API_ID,
+            "stage": STAGE,
+            "httpMethod": method,
+            "path": f"/{STAGE}{parts.path}",
+            "requestId": str(uuid.uuid4()),
+            "identity": {"sourceIp": "127.0.0.1"},
+        },
+        "body": text if body else None,
+        "isBase64Encoded": is_base64,
+    }
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # The default backlog of 5 resets connections when tenants burst; API Gateway does not.
+    request_queue_size = 256
+
+
+class LocalGateway:
+    def __init__(
+        self, api: ApiHandler, authorizer: Authorizer, host: str = "127.0.0.1", port: int = 8080
+    ) -> None:
+        self._api = api
+        self._authorizer = authorizer
+        self._server = _Server((host, port), self._handler_class())
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._server.serve_forever, name="local-gateway", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread:
+            self._thread.join()
+
+    def dispatch(
+        self, method: str, path: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
+        if len(body) > MAX_PAYLOAD_BYTES:
+            return _problem(PayloadTooLarge(f"API Gateway accepts at most {MAX_PAYLOAD_BYTES} bytes"))
+        event = build_event(method, path, headers, body)
+        if event["path"] not in PUBLIC_PATHS:
+            lowered = {k.lower(): v for k, v in headers.items()}
+            method_arn = (
+                f"arn:aws:execute-api:eu-west-1:000000000000:{API_ID}/{STAGE}/{method}{event['path']}"
+            )
+            try:
+                policy = self._authorizer(lowered.get("authorization"), method_arn)
+            except Denied:
+                return _problem(Unauthorized("send Authorization: Bearer <API key> with a valid key"))
+            except Exception:
+                # API Gateway's AUTHORIZER_FAILURE, which the deployed API answers as 503 with Retry-After.
+                logger.exception("the authorizer failed")
+                return _problem(
+                    DependencyUnavailable(
+                        "the API key could not be checked just now; retry after the Retry-After interval",
+                        retry_after=DEPENDENCY_RETRY_AFTER_SECONDS,
+                    )
+                )
+            event["requestContext"]["authorizer"] = {
+                "principalId": policy["principalId"],
+                **policy["context"],
+            }
+        response = self._api(event, None)
+        out_headers = {k: str(v) for k, v in (response.get("headers") or {}).items()}
+        for key, values in (response.get("multiValueHeaders") or {}).items():
+            out_headers[key] = ", ".join(str(v) for v in values)
+        raw = response.get("body") or ""
+        payload = base64.b64decode(raw) if response.get("isBase64Encoded") else raw.encode("utf-8")
+        return int(response["statusCode"]), out_headers, payload
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        gateway = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            # Headers and body go out in separate writes; with Nagle on, the body waits for the client's
+            # delayed ACK (~40 ms a response).
+            disable_nagle_algorithm = True
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                status, headers, payload = gateway.dispatch(
+                    self.command, self.path, dict(self.headers.items()), body
+                )
+                self.send_response(status)
+                for key, value in headers.items():
+                    if key.lower() not in {"content-length", "connection"}:
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # request lines would repeat what the API logs, and headers carry keys
+
+        return Handler
+
+
+def _problem(error: TollgateError) -> tuple[int, dict[str, str], bytes]:
+    headers = {"Content-Type": PROBLEM_CONTENT_TYPE}
+    if error.retry_after is not None:
+        headers["Retry-After"] = str(error.retry_after)
+    return error.status, headers, json.dumps(problem_body(error)).encode()

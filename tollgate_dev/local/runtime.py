@@ -1,0 +1,308 @@
+"""Assembles the whole system in one process: PostgreSQL, moto, the simulated provider, the API and its
+authorizer, the relay, the scheduler and two workers, each piece built by the same wiring as in AWS."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import boto3
+from pydantic import SecretStr
+
+from tollgate.api.app import AppPool
+from tollgate.core.metrics import RecordedMetrics
+from tollgate.db import Database, build_database
+from tollgate.db.migrations import apply_migrations
+from tollgate.delivery.attempts import attempt_delivery
+from tollgate.outbox.nudge import EventNudger
+from tollgate.outbox.relay import relay_outbox
+from tollgate.scheduler.tick import run_scheduler
+from tollgate.settings import (
+    MIGRATIONS_DIR,
+    ApiSettings,
+    AuthorizerSettings,
+    DatabaseSettings,
+    RelaySettings,
+    SchedulerSettings,
+    WebhookAttemptSettings,
+    WorkerSettings,
+)
+from tollgate.tenants.authorizer import authorize_request
+from tollgate.wiring import (
+    build_api,
+    build_authorizer,
+    build_execution,
+    build_ingress,
+    build_relay,
+    build_scheduler,
+    build_webhook_attempts,
+    worker_config,
+)
+from tollgate_dev.local.aws import (
+    JobsQueues,
+    LocalAws,
+    create_documents_bucket,
+    create_jobs_queues,
+    create_limiter_table,
+    serialize_moto_dynamodb,
+)
+from tollgate_dev.local.erp import DemoErp
+from tollgate_dev.local.foreground import StartCancelled
+from tollgate_dev.local.gateway import LocalGateway
+from tollgate_dev.local.logs import as_component
+from tollgate_dev.local.loops import Loop
+from tollgate_dev.local.postgres import server_url
+from tollgate_dev.local.stepfunctions import create_dispatcher, release_dispatcher
+from tollgate_dev.local.workers import WorkerThread
+from tollgate_dev.simulator.server import Latency, SimulatedProvider, SimulatorConfig
+
+DEFAULT_DATA_DIR = Path(".tollgate")
+DISCOVERY_FILE = "local.json"
+LIMITER_TABLE = "tollgate-provider-budget-local"
+# Requests the local gateway handles at once (Lambda would run that many instances of the API function).
+API_CONCURRENCY = 8
+LOCAL_BUCKET = "tollgate-documents-local"
+# 5 s -> 0.05 s, 2 h -> 72 s: retries of a receiver that is down play out while one watches.
+DELIVERY_TIME_SCALE = 0.01
+# A provider with realistic latency and quotas generous enough that the demo is not about throttling.
+LOCAL_SIMULATOR = SimulatorConfig(
+    requests_per_minute=3000, tokens_per_minute=6_000_000, max_concurrency=16, latency=Latency(0.25), seed=7
+)
+
+
+@dataclass
+class LocalStack:
+    port: int = 8080
+    # The demo ERP's port; 0 picks a free one (tests), `tollgate local up` asks for 8081.
+    erp_port: int = 0
+    erp: DemoErp | None = None
+    data_dir: Path = DEFAULT_DATA_DIR
+    api_overrides: dict[str, Any] = field(default_factory=dict)
+    database_url: str = ""
+    aws: LocalAws | None = None
+    gateway: LocalGateway | None = None
+    system_db: Database | None = None
+    # Tests that drive the relay, scheduler and ingress themselves turn the background loops off.
+    pipeline: bool = True
+    relay_sweep_seconds: float = 60.0
+    scheduler_interval_seconds: float = 60.0
+    metrics: RecordedMetrics = field(default_factory=RecordedMetrics)
+    queues: JobsQueues | None = None
+    dispatcher_arn: str | None = None
+    loops: dict[str, Loop] = field(default_factory=dict)
+    workers: int = 2
+    worker_overrides: dict[str, Any] = field(default_factory=dict)
+    simulator_config: SimulatorConfig = field(default_factory=lambda: LOCAL_SIMULATOR)
+    simulator: SimulatedProvider | None = None
+    activity: threading.Condition = field(default_factory=threading.Condition)
+    # Set by a Ctrl-C while starting: the start ends at its next step and what had started is stopped.
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    _closers: list[Any] = field(default_factory=list)
+
+    def notify_activity(self) -> None:
+        with self.activity:
+            self.activity.notify_all()
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Blocks until ``predicate`` holds, re-checking whenever a loop or worker did something."""
+        with self.activity:
+            return self.activity.wait_for(predicate, timeout)
+
+    @property
+    def api_url(self) -> str:
+        assert self.gateway is not None
+        return self.gateway.url
+
+    def cancel(self) -> None:
+        """Asks a start in progress (on another thread, or interrupted by a signal) to end early."""
+        self.cancelled.set()
+
+    def _unless_cancelled(self) -> None:
+        if self.cancelled.is_set():
+            raise StartCancelled
+
+    def start(self) -> LocalStack:
+        """Starts every piece in order; each is registered to be stopped as soon as it runs, so ``stop``
+        after a start that failed or was cancelled (StartCancelled) stops exactly what had started."""
+        if not self.database_url:
+            self.database_url, pg_handle = server_url(self.data_dir.resolve() / "pgdata")
+            if pg_handle is not None:
+                self._closers.append(pg_handle.cleanup)
+        self._unless_cancelled()
+        if self.aws is None:
+            self.aws = LocalAws()
+            self.aws.start()
+            self._closers.append(self.aws.stop)
+        create_documents_bucket(LOCAL_BUCKET)
+        self.queues = create_jobs_queues()
+        self._unless_cancelled()
+        apply_migrations(self.database_url, MIGRATIONS_DIR)
+        self._unless_cancelled()
+
+        url = SecretStr(self.database_url)
+        if self.pipeline:
+            self.dispatcher_arn = self._start_dispatcher(url)
+        # The demo's receiver listens on http://127.0.0.1, which only local development may register.
+        overrides = {
+            "webhooks_allow_private_targets": True,
+            "webhook_state_machine_arn": self.dispatcher_arn,
+            **self.api_overrides,
+        }
+        api_settings = ApiSettings(database_url=url, documents_bucket=LOCAL_BUCKET, **overrides)
+        relay_wake = EventNudger()
+        deps = build_api(api_settings, nudger=relay_wake)
+        self._closers.append(deps.acceptance.db.close)
+        authorizer_settings = AuthorizerSettings(database_url=url)
+        authorizer_db = build_database(authorizer_settings, pool_name="authorizer")
+        self._closers.append(authorizer_db.close)
+        resolver = build_authorizer(authorizer_settings, authorizer_db)
+        self.system_db = build_database(
+            DatabaseSettings(database_url=url, database_role="tollgate_system"), pool_name="system"
+        )
+        self._closers.append(self.system_db.close)
+
+        self.gateway = LocalGateway(
+            api=as_component("api", AppPool(deps, size=API_CONCURRENCY).handle),
+            authorizer=as_component("authorizer", lambda token, arn: authorize_request(resolver, token, arn)),
+            port=self.port,
+        )
+        self.gateway.start()
+        self._closers.append(self.gateway.stop)
+        if self.pipeline:
+            self._unless_cancelled()
+            self.erp = DemoErp(self.system_db, port=self.erp_port).start()
+            self._closers.append(self.erp.stop)
+            self._start_pipeline(url, relay_wake)
+            self._write_discovery()
+        return self
+
+    def _write_discovery(self) -> None:
+        """Tells other commands on this machine (the support CLI) where this system's parts listen."""
+        assert self.aws is not None
+        assert self.queues is not None
+        path = self.data_dir.resolve() / DISCOVERY_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        facts = {
+            "api_url": self.api_url,
+            "erp_url": self.erp.url if self.erp else None,
+            "aws_endpoint_url": self.aws.endpoint_url,
+            "jobs_queue_url": self.queues.url,
+            "jobs_dlq_url": self.queues.dlq_url,
+            "webhook_state_machine_arn": self.dispatcher_arn,
+            "database_url": self.database_url,
+        }
+        path.write_text(json.dumps(facts, indent=2), encoding="utf-8")
+        path.chmod(0o600)
+        self._closers.append(lambda: path.unlink(missing_ok=True))
+
+    def _start_pipeline(self, url: SecretStr, relay_wake: EventNudger) -> None:
+        """The relay (nudged by the API, swept on an interval), the scheduler, and the workers."""
+        assert self.queues is not None
+        queue_url = self.queues.url
+        relay = build_relay(
+            RelaySettings(
+                database_url=url, jobs_queue_url=queue_url, webhook_state_machine_arn=self.dispatcher_arn
+            )
+        )
+        scheduler = build_scheduler(
+            SchedulerSettings(database_url=url, webhook_state_machine_arn=self.dispatcher_arn), self.metrics
+        )
+        for db in (relay.db, scheduler.db):
+            self._closers.append(db.close)
+        loops = [
+            Loop(
+                "relay",
+                as_component("relay", lambda: relay_outbox(relay)),
+                self.relay_sweep_seconds,
+                wake=relay_wake.event,
+            ),
+            Loop(
+                "scheduler",
+                as_component("scheduler", lambda: run_scheduler(scheduler)),
+                self.scheduler_interval_seconds,
+            ),
+        ]
+        for loop in loops:
+            loop.on_step = self.notify_activity
+            loop.start()
+            self._closers.append(loop.stop)
+            self.loops[loop.name] = loop
+        self._unless_cancelled()
+        self._start_workers(url, queue_url, relay_wake)
+
+    def _start_dispatcher(self, url: SecretStr) -> str:
+        """The webhook dispatcher in moto's state machine executor; its waits are compressed so that a
+        schedule of minutes and hours plays out in seconds (the recorded delays stay the real ones)."""
+        settings = WebhookAttemptSettings(database_url=url, webhooks_allow_private_targets=True)
+        deps = build_webhook_attempts(settings, time_scale=DELIVERY_TIME_SCALE)
+        self._closers.append(deps.db.close)
+
+        @partial(as_component, "webhooks")
+        def attempt(payload: dict[str, Any]) -> dict[str, Any]:
+            outcome = attempt_delivery(deps, UUID(payload["delivery_id"])).as_state_output()
+            self.notify_activity()
+            return outcome
+
+        arn = create_dispatcher(attempt, suffix=f"-{secrets.token_hex(3)}")
+        self._closers.append(partial(release_dispatcher, arn))
+        return arn
+
+    def _start_workers(self, url: SecretStr, queue_url: str, relay_wake: EventNudger) -> None:
+        # One provider budget for both workers, in DynamoDB on moto, as the deployed workers share one.
+        create_limiter_table(boto3.client("dynamodb"), LIMITER_TABLE)
+        self._closers.append(serialize_moto_dynamodb())
+        overrides: dict[str, Any] = {"limiter_table": LIMITER_TABLE}
+        if not (os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL")):
+            self.simulator = SimulatedProvider(self.simulator_config)
+            overrides["openai_base_url"] = self.simulator.start()
+            overrides["openai_api_key"] = SecretStr("simulated")
+            self._closers.append(self.simulator.stop)
+        for number in range(1, self.workers + 1):
+            settings = WorkerSettings(
+                database_url=url,
+                jobs_queue_url=queue_url,
+                documents_bucket=LOCAL_BUCKET,
+                worker_id=f"local-worker-{number}",
+                # Short waits keep Ctrl-C prompt; in AWS the worker long-polls for 20 s.
+                ingress_wait_seconds=1,
+                claim_idle_seconds=1.0,
+                drain_seconds=10.0,
+                **overrides,
+                **self.worker_overrides,
+            )
+            db = build_database(settings, pool_name=f"worker-{number}")
+            worker = WorkerThread(
+                f"worker-{number}",
+                build_ingress(settings, db),
+                build_execution(settings, db, nudger=relay_wake),
+                worker_config(settings),
+                self.notify_activity,
+            )
+            worker.start()
+            self._closers.append(db.close)
+            self._closers.append(worker.stop)
+
+    def stop(self) -> None:
+        """Stops what was started, last first; one piece failing to stop does not keep the rest running
+        (a start cut short by Ctrl-C leaves pieces half made)."""
+        while self._closers:
+            closer = self._closers.pop()
+            try:
+                closer()
+            except Exception:
+                logging.getLogger("tollgate_dev.local").exception("a part of the local system failed to stop")
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,675 @@
+"""A simulated OpenAI-compatible provider on 127.0.0.1: ``POST /v1/chat/completions`` in OpenAI's wire format.
+
+It behaves like a rate-limited provider so the worker, the global budget and the retry layer meet the
+conditions they meet in production: requests/min and tokens/min quotas (reserving prompt estimate plus
+max tokens, as OpenAI does) and a concurrency cap, answered past the limit with 429, ``Retry-After`` and
+``retry-after-ms``; ``x-ratelimit-*`` headers; seeded latency; and faults, drawn by probability or queued
+("the next N requests get fault X") from Python or from another process through ``POST /_simulator/faults``.
+The answers come from the deterministic reader in ``simulated_extraction``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import random
+import socket
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from tollgate.core.clock import Clock
+from tollgate.execution.extraction.prompt import document_pages
+from tollgate_dev.simulator.extraction import extract
+
+logger = logging.getLogger(__name__)
+
+CHAT_COMPLETIONS = "/v1/chat/completions"
+ADMIN_FAULTS = "/_simulator/faults"
+ADMIN_STATS = "/_simulator/stats"
+ADMIN_RELEASE = "/_simulator/release"
+ORGANIZATION = "org-simulated"
+
+
+class Fault(StrEnum):
+    RATE_LIMIT = "429"  # a 429 storm: refused with Retry-After whatever the quotas say
+    TIMEOUT = "timeout"  # held past any sane client timeout; stop() or release_held() ends the hold
+    MALFORMED_JSON = "malformed_json"  # content that is not JSON (cut off mid-object)
+    WRONG_SCHEMA = "wrong_schema"  # valid JSON of the wrong shape
+    SERVER_ERROR = "5xx"  # 500 or 503, drawn from the seed
+    INTERNAL_ERROR = "500"
+    OVERLOADED = "503"
+    ARITHMETIC = "arithmetic"  # a well-formed extraction with one wrong line amount
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Lognormal response time with the given mean (seconds); a mean of 0 answers at once."""
+
+    mean_seconds: float = 0.0
+    sigma: float = 0.5
+
+    def sample(self, rng: random.Random) -> float:
+        if self.mean_seconds <= 0:
+            return 0.0
+        # mu chosen so that the distribution's mean, not its median, is mean_seconds.
+        mu = math.log(self.mean_seconds) - self.sigma**2 / 2
+        return rng.lognormvariate(mu, self.sigma)
+
+
+@dataclass(frozen=True)
+class SimulatorConfig:
+    requests_per_minute: int | None = 500
+    tokens_per_minute: int | None = 200_000
+    max_concurrency: int | None = 16
+    latency: Latency = field(default_factory=Latency)
+    # Probability per request of each fault (by Fault value); drawn after the queue is empty.
+    fault_rates: Mapping[str, float] = field(default_factory=dict)
+    storm_retry_after_seconds: float = 2.0
+    timeout_hold_seconds: float = 600.0
+    # Reserved for completion tokens when a request names no max_completion_tokens / max_tokens.
+    default_max_tokens: int = 4096
+    seed: int = 0
+    host: str = "127.0.0.1"
+    port: int = 0
+
+    def __post_init__(self) -> None:
+        for name in self.fault_rates:
+            Fault(name)  # raises on an unknown fault name
+        if sum(self.fault_rates.values()) > 1:
+            raise ValueError("fault probabilities add up to more than 1")
+
+
+@dataclass(frozen=True)
+class SimulatorStats:
+    requests: int = 0  # authenticated, well-formed chat completion requests (refused ones included)
+    completions: int = 0  # answered 200
+    rate_limited: int = 0  # 429s sent, quota or storm
+    server_errors: int = 0  # 5xx sent
+    faults: dict[str, int] = field(default_factory=dict)
+    in_flight: int = 0
+    max_concurrency: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class MonotonicClock:
+    """Wall time at start plus monotonic time since: rate windows never jump with the system clock."""
+
+    def __init__(self) -> None:
+        self._origin = datetime.now(UTC)
+        self._start = time.monotonic()
+
+    def now(self) -> datetime:
+        return self._origin + timedelta(seconds=time.monotonic() - self._start)
+
+
+def estimate_tokens(text: str) -> int:
+    """About four characters a token, as OpenAI's own rate limiter estimates before counting."""
+    return math.ceil(len(text) / 4)
+
+
+def prompt_text(messages: Iterable[Any]) -> str:
+    parts: list[str] = []
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts += [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    return "".join(parts)
+
+
+def openai_duration(seconds: float) -> str:
+    """OpenAI's x-ratelimit-reset-* format: "20ms", "1s", "1.5s", "6m0s", "1h2m3s"."""
+    if seconds <= 0:
+        return "0s"
+    if seconds < 1:
+        return f"{max(1, round(seconds * 1000))}ms"
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = f"{secs:.3f}".rstrip("0").rstrip(".") + "s"
+    if hours or minutes:
+        text = f"{int(minutes)}m{text}"
+    if hours:
+        text = f"{int(hours)}h{text}"
+    return text
+
+
+class _Bucket:
+    """A per-minute quota as a token bucket: full at ``capacity``, refilled continuously over 60 s."""
+
+    def __init__(self, capacity: int, now: float) -> None:
+        self.capacity = capacity
+        self.level = float(capacity)
+        self.updated = now
+
+    @property
+    def rate(self) -> float:
+        return self.capacity / 60.0
+
+    def refill(self, now: float) -> None:
+        self.level = min(self.capacity, self.level + max(0.0, now - self.updated) * self.rate)
+        self.updated = now
+
+    def wait_seconds(self, amount: float) -> float:
+        return max(0.0, (amount - self.level) / self.rate)
+
+    def reset_seconds(self) -> float:
+        return (self.capacity - self.level) / self.rate
+
+
+@dataclass
+class _Reply:
+    status: int
+    body: dict[str, Any] | None
+    headers: dict[str, str] = field(default_factory=dict)
+    # Drop the connection without an answer (a held request when the simulator stops).
+    hang_up: bool = False
+
+
+@dataclass(frozen=True)
+class _Call:
+    """An admitted chat completion request."""
+
+    body: dict[str, Any]
+    model: str
+    fault: Fault | None
+    prompt_tokens: int
+    max_tokens: int
+    limit_headers: dict[str, str]
+
+
+class _Refused(Exception):
+    def __init__(self, reply: _Reply) -> None:
+        super().__init__(reply.status)
+        self.reply = reply
+
+
+def _error(message: str, kind: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that timed out and hung up is normal here, not worth a traceback.
+        logger.debug("simulated provider connection error", exc_info=True)
+
+
+class SimulatedProvider:
+    """Start with ``start()`` (returns the base URL, ending in /v1), stop with ``stop()``."""
+
+    def __init__(self, config: SimulatorConfig | None = None, *, clock: Clock | None = None) -> None:
+        self.config = config or SimulatorConfig()
+        self._clock: Clock = clock or MonotonicClock()
+        self._rng = random.Random(self.config.seed)  # noqa: S311 - simulation, not security
+        self._changed = threading.Condition()
+        self._stopping = threading.Event()
+        self._release_generation = 0
+        self._queue: deque[Fault] = deque()
+        self._stats = SimulatorStats()
+        self._faults: Counter[str] = Counter()
+        now = self._seconds()
+        rpm, tpm = self.config.requests_per_minute, self.config.tokens_per_minute
+        self._requests = _Bucket(rpm, now) if rpm else None
+        self._tokens = _Bucket(tpm, now) if tpm else None
+        self._connections: set[socket.socket] = set()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+
+    def start(self) -> str:
+        self._stopping.clear()
+        self._server = _Server((self.config.host, self.config.port), self._handler_class())
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="simulated-provider"
+        )
+        self._thread.daemon = True
+        self._thread.start()
+        return self.base_url
+
+    @property
+    def base_url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("the simulated provider is not started")
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def stop(self) -> None:
+        """Ends held and sleeping requests, closes open connections and stops serving."""
+        self._stopping.set()
+        with self._changed:
+            self._changed.notify_all()
+        if self._server is None:
+            return
+        self._server.shutdown()
+        with self._changed:
+            connections = list(self._connections)
+        for connection in connections:
+            _hang_up(connection)
+        self._server.server_close()  # joins the handler threads, which all return now
+        if self._thread:
+            self._thread.join()
+        self._server = None
+
+    def __enter__(self) -> SimulatedProvider:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- control ---------------------------------------------------------------------------------------
+
+    def queue_fault(self, fault: Fault | str, count: int = 1) -> None:
+        """The next ``count`` chat requests that pass the quotas get ``fault``, after any queued before."""
+        fault = Fault(fault)
+        with self._changed:
+            self._queue.extend([fault] * count)
+
+    def queue_faults(self, faults: Iterable[Fault | str]) -> None:
+        checked = [Fault(f) for f in faults]
+        with self._changed:
+            self._queue.extend(checked)
+
+    def clear_faults(self) -> None:
+        with self._changed:
+            self._queue.clear()
+
+    def queued_faults(self) -> list[Fault]:
+        with self._changed:
+            return list(self._queue)
+
+    def release_held(self) -> None:
+        """Lets requests held by the timeout fault answer normally now."""
+        with self._changed:
+            self._release_generation += 1
+            self._changed.notify_all()
+
+    @property
+    def stats(self) -> SimulatorStats:
+        with self._changed:
+            return self._snapshot()
+
+    def wait_for(self, predicate: Callable[[SimulatorStats], bool], timeout: float) -> bool:
+        """Blocks until the stats satisfy ``predicate`` (or the timeout passes); no polling."""
+        with self._changed:
+            return self._changed.wait_for(lambda: predicate(self._snapshot()), timeout)
+
+    def _snapshot(self) -> SimulatorStats:
+        return SimulatorStats(**{**asdict(self._stats), "faults": dict(self._faults)})
+
+    def _count(self, **increments: int) -> None:
+        values = asdict(self._stats)
+        for name, amount in increments.items():
+            values[name] += amount
+        values["max_concurrency"] = max(values["max_concurrency"], values["in_flight"])
+        self._stats = SimulatorStats(**values)
+        self._changed.notify_all()
+
+    def _seconds(self) -> float:
+        return self._clock.now().timestamp()
+
+    # -- the chat completions endpoint -----------------------------------------------------------------
+
+    def _handle_chat(self, body: Any, authorization: str | None) -> _Reply:
+        """One chat completion request, from admission to answer (runs on the request's thread)."""
+        request_id = self._new_id("req_")
+        reply = self._complete(body, authorization)
+        reply.headers["x-request-id"] = request_id
+        return reply
+
+    def _complete(self, body: Any, authorization: str | None) -> _Reply:
+        if not authorization or not authorization.startswith("Bearer ") or not authorization[7:].strip():
+            return _Reply(
+                401,
+                _error(
+                    "You didn't provide an API key. Send Authorization: Bearer <key>.",
+                    "invalid_request_error",
+                    "missing_api_key",
+                ),
+            )
+        problem = _invalid_request(body)
+        if problem:
+            return _Reply(400, _error(problem[1], "invalid_request_error", "invalid_value", problem[0]))
+        model = str(body["model"])
+        prompt_tokens = estimate_tokens(prompt_text(body["messages"]))
+        max_tokens = int(
+            body.get("max_completion_tokens") or body.get("max_tokens") or self.config.default_max_tokens
+        )
+        with self._changed:
+            self._count(requests=1)
+            try:
+                limit_headers = self._admit(model, prompt_tokens + max_tokens)
+            except _Refused as refused:
+                self._count(rate_limited=1)
+                return refused.reply
+            self._count(in_flight=1)
+            fault = self._next_fault()
+        try:
+            return self._answer(_Call(body, model, fault, prompt_tokens, max_tokens, limit_headers))
+        finally:
+            with self._changed:
+                self._count(in_flight=-1)
+
+    def _answer(self, call: _Call) -> _Reply:
+        body, model, fault, limit_headers = call.body, call.model, call.fault, call.limit_headers
+        prompt_tokens, max_tokens = call.prompt_tokens, call.max_tokens
+        if fault is Fault.RATE_LIMIT:
+            with self._changed:
+                self._count(rate_limited=1)
+            wait = self.config.storm_retry_after_seconds
+            message = (
+                f"Rate limit reached for {model} in organization {ORGANIZATION}: the provider is shedding "
+                f"load. Please try again in {openai_duration(wait)}."
+            )
+            headers = {**limit_headers, **_retry_after(wait)}
+            return _Reply(429, _error(message, "requests", "rate_limit_exceeded"), headers)
+        with self._changed:
+            delay = self.config.latency.sample(self._rng)
+        if self._stopping.wait(delay):
+            return _Reply(503, None, hang_up=True)
+        if fault is Fault.TIMEOUT and not self._hold():
+            return _Reply(503, None, hang_up=True)
+        if fault in (Fault.SERVER_ERROR, Fault.INTERNAL_ERROR, Fault.OVERLOADED):
+            return self._server_error(fault)
+
+        pages = document_pages(body["messages"])
+        extraction = extract(pages, arithmetic_mistake=fault is Fault.ARITHMETIC)
+        content = json.dumps(extraction, ensure_ascii=False)
+        if fault is Fault.MALFORMED_JSON:
+            content = content[: len(content) // 2]
+        elif fault is Fault.WRONG_SCHEMA:
+            content = json.dumps(_wrong_shape(extraction), ensure_ascii=False)
+        finish_reason = "stop"
+        completion_tokens = estimate_tokens(content)
+        if completion_tokens > max_tokens:
+            # Like a model that runs out of its budget: the text is cut off where the budget ends.
+            content, completion_tokens, finish_reason = content[: max_tokens * 4], max_tokens, "length"
+        with self._changed:
+            self._count(completions=1, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+        return _Reply(
+            200,
+            {
+                "id": self._new_id("chatcmpl-"),
+                "object": "chat.completion",
+                "created": int(self._clock.now().timestamp()),
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {
+                            "role": "assistant",
+                            "content": content,
+                            "refusal": None,
+                            "annotations": [],
+                        },
+                        "logprobs": None,
+                        "finish_reason": finish_reason,
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                    "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+                    "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
+                },
+                "service_tier": "default",
+                "system_fingerprint": "fp_simulated",
+            },
+            dict(limit_headers),
+        )
+
+    def _server_error(self, fault: Fault) -> _Reply:
+        status = {Fault.INTERNAL_ERROR: 500, Fault.OVERLOADED: 503}.get(fault)
+        with self._changed:
+            self._count(server_errors=1)
+            if status is None:
+                status = self._rng.choice((500, 503))
+        if status == 503:
+            body = _error("The server is overloaded or not ready yet.", "server_error")
+        else:
+            body = _error(
+                "The server had an error while processing your request. Sorry about that!", "server_error"
+            )
+        return _Reply(status, body)
+
+    def _hold(self) -> bool:
+        """Holds a request (timeout fault); False when the simulator is stopping, True when released or
+        when the hold time ran out."""
+        with self._changed:
+            generation = self._release_generation
+            self._changed.wait_for(
+                lambda: self._stopping.is_set() or self._release_generation != generation,
+                timeout=self.config.timeout_hold_seconds,
+            )
+        return not self._stopping.is_set()
+
+    def _admit(self, model: str, reserved_tokens: int) -> dict[str, str]:
+        """Takes a request and its token reservation, or raises _Refused with a 429 (lock held)."""
+        now = self._seconds()
+        for bucket in (self._requests, self._tokens):
+            if bucket:
+                bucket.refill(now)
+        limit = self.config.max_concurrency
+        if limit is not None and self._stats.in_flight >= limit:
+            message = (
+                f"Too many concurrent requests for {model} in organization {ORGANIZATION}: "
+                f"limit {limit} in flight. Please try again in 1s."
+            )
+            raise _Refused(
+                _Reply(
+                    429,
+                    _error(message, "requests", "rate_limit_exceeded"),
+                    {**self._limit_headers(), **_retry_after(1.0)},
+                )
+            )
+        if self._requests and self._requests.level < 1:
+            wait = self._requests.wait_seconds(1)
+            used = self._requests.capacity - math.floor(self._requests.level)
+            message = (
+                f"Rate limit reached for {model} in organization {ORGANIZATION} on requests per min (RPM): "
+                f"Limit {self._requests.capacity}, Used {used}, Requested 1. "
+                f"Please try again in {openai_duration(wait)}."
+            )
+            raise _Refused(
+                _Reply(
+                    429,
+                    _error(message, "requests", "rate_limit_exceeded"),
+                    {**self._limit_headers(), **_retry_after(wait)},
+                )
+            )
+        if self._tokens and self._tokens.level < reserved_tokens:
+            capacity = self._tokens.capacity
+            used = capacity - math.floor(self._tokens.level)
+            too_large = reserved_tokens > capacity
+            message = (
+                f"{'Request too large' if too_large else 'Rate limit reached'} for {model} in organization "
+                f"{ORGANIZATION} on tokens per min (TPM): Limit {capacity}, Used {used}, "
+                f"Requested {reserved_tokens}."
+            )
+            headers = self._limit_headers()
+            if not too_large:  # waiting never makes a request larger than the quota fit
+                wait = self._tokens.wait_seconds(reserved_tokens)
+                message += f" Please try again in {openai_duration(wait)}."
+                headers |= _retry_after(wait)
+            raise _Refused(_Reply(429, _error(message, "tokens", "rate_limit_exceeded"), headers))
+        if self._requests:
+            self._requests.level -= 1
+        if self._tokens:
+            self._tokens.level -= reserved_tokens
+        return self._limit_headers()
+
+    def _limit_headers(self) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        for name, bucket in (("requests", self._requests), ("tokens", self._tokens)):
+            if bucket:
+                headers[f"x-ratelimit-limit-{name}"] = str(bucket.capacity)
+                headers[f"x-ratelimit-remaining-{name}"] = str(max(0, math.floor(bucket.level)))
+                headers[f"x-ratelimit-reset-{name}"] = openai_duration(bucket.reset_seconds())
+        return headers
+
+    def _next_fault(self) -> Fault | None:
+        """The queued fault first, else one drawn by the configured probabilities (caller holds the lock)."""
+        fault: Fault | None = None
+        if self._queue:
+            fault = self._queue.popleft()
+        elif self.config.fault_rates:
+            draw = self._rng.random()
+            for name, probability in self.config.fault_rates.items():
+                if draw < probability:
+                    fault = Fault(name)
+                    break
+                draw -= probability
+        if fault is not None:
+            self._faults[fault.value] += 1
+        return fault
+
+    def _new_id(self, prefix: str) -> str:
+        with self._changed:
+            return f"{prefix}{self._rng.getrandbits(128):032x}"
+
+    # -- admin endpoints -------------------------------------------------------------------------------
+
+    def _handle_admin(self, method: str, path: str, body: Any) -> _Reply:
+        if path == ADMIN_FAULTS and method == "POST":
+            try:
+                if isinstance(body, dict) and "faults" in body:
+                    self.queue_faults(body["faults"])
+                elif isinstance(body, dict) and "fault" in body:
+                    self.queue_fault(body["fault"], int(body.get("count", 1)))
+                else:
+                    raise ValueError("send {'faults': [...]} or {'fault': NAME, 'count': N}")
+            except (ValueError, TypeError) as error:
+                known = ", ".join(f.value for f in Fault)
+                return _Reply(400, _error(f"{error} (faults: {known})", "invalid_request_error"))
+            return _Reply(200, {"queued": [f.value for f in self.queued_faults()]})
+        if path == ADMIN_FAULTS and method == "DELETE":
+            self.clear_faults()
+            return _Reply(200, {"queued": []})
+        if path == ADMIN_FAULTS and method == "GET":
+            return _Reply(200, {"queued": [f.value for f in self.queued_faults()]})
+        if path == ADMIN_RELEASE and method == "POST":
+            self.release_held()
+            return _Reply(200, {"released": True})
+        if path == ADMIN_STATS and method == "GET":
+            return _Reply(200, asdict(self.stats))
+        return _Reply(404, _error(f"Unknown simulator endpoint {method} {path}", "invalid_request_error"))
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        provider = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            # Headers and body go out as two writes; with Nagle on, the client's delayed ACK adds ~40 ms.
+            disable_nagle_algorithm = True
+
+            def setup(self) -> None:
+                super().setup()
+                with provider._changed:
+                    provider._connections.add(self.connection)
+                    # A connection accepted while stop() runs must not keep a thread waiting for a request.
+                    if provider._stopping.is_set():
+                        _hang_up(self.connection)
+
+            def finish(self) -> None:
+                with provider._changed:
+                    provider._connections.discard(self.connection)
+                with contextlib.suppress(OSError):  # the peer is gone; nothing left to flush
+                    super().finish()
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                path = self.path.split("?", 1)[0]
+                try:
+                    body = json.loads(raw) if raw else None
+                except ValueError:
+                    body = ...
+                if body is ...:
+                    reply = _Reply(
+                        400,
+                        _error("We could not parse the JSON body of your request.", "invalid_request_error"),
+                    )
+                elif path.startswith("/_simulator/"):
+                    reply = provider._handle_admin(self.command, path, body)
+                elif path == CHAT_COMPLETIONS and self.command == "POST":
+                    reply = provider._handle_chat(body, self.headers.get("Authorization"))
+                else:
+                    reply = _Reply(
+                        404, _error(f"Invalid URL ({self.command} {path})", "invalid_request_error")
+                    )
+                self._send(reply)
+
+            def _send(self, reply: _Reply) -> None:
+                if reply.hang_up:
+                    self.close_connection = True
+                    return
+                payload = json.dumps(reply.body).encode()
+                self.send_response(reply.status)
+                self.send_header("Content-Type", "application/json")
+                for key, value in reply.headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = do_DELETE = _serve
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # the stats say what happened; request lines would only add noise to test output
+
+        return Handler
+
+
+def _hang_up(connection: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # already closed by the client
+        connection.shutdown(socket.SHUT_RDWR)
+
+
+def _retry_after(seconds: float) -> dict[str, str]:
+    # Retry-After is whole seconds (RFC 9110), rounded up so a client that honours it is not early.
+    return {"retry-after": str(max(1, math.ceil(seconds))), "retry-after-ms": str(math.ceil(seconds * 1000))}
+
+
+def _invalid_request(body: Any) -> tuple[str, str] | None:
+    """(param, message) of the first problem with a chat completion request, as OpenAI reports a 400."""
+    if not isinstance(body, dict):
+        return "body", "The request body must be a JSON object."
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return "model", "You must provide a model parameter."
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        return "messages", "'messages' must be a non-empty array of message objects."
+    if body.get("stream"):
+        return "stream", "The simulated provider does not stream; send stream=false."
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = body.get(name)
+        if value is not None and (not isinstance(value, int) or value < 1):
+            return name, f"'{name}' must be a positive integer."
+    return None
+
+
+def _wrong_shape(extraction: dict[str, Any]) -> dict[str, Any]:
+    """What a model answering without the schema might send: plausible, valid JSON, wrong shape."""
+    supplier = extraction.get("supplier") or {}
+    total = extraction.get("total")
+    return {
+        "vendor": supplier.get("name"),
+        "invoice": {"number": extraction.get("invoice_number"), "date": extraction.get("issue_date")},
+        "amount_due": float(total) if total is not None else None,
+        "items": len(extraction.get("line_items") or []),
+    }
