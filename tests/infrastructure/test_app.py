@@ -14,6 +14,7 @@ from stacks.constructs.lambda_packaging import LAMBDA_ARCHITECTURE, LAMBDA_RUNTI
 from stacks.constructs.nag import NAG_PACK
 from tests.infrastructure.cfn import local_id, resources, subnet_groups
 from tests.infrastructure.synth import Synthesized
+from tests.layout import missing_imports, python_files, tree_bytes
 
 pytestmark = pytest.mark.infrastructure
 
@@ -163,6 +164,32 @@ def test_code_asset_holds_only_the_runtime_packages(
     for entrypoint in ("api", "authorizer", "migrate"):
         assert (asset / "functions" / entrypoint / "handler.py").is_file()
     assert (asset / "tollgate" / "settings.py").is_file()
+
+
+def test_code_asset_runs_without_the_development_package(
+    synthesized: Synthesized, api_template: dict[str, Any]
+) -> None:
+    """No harness module is in the zip, and every project module a handler can import (lazily too) is."""
+    asset = _code_asset(synthesized, api_template)
+    handlers = sorted((asset / "functions").glob("*/handler.py"))
+
+    assert not (asset / "tollgate_dev").exists()
+    assert len(handlers) == 6
+    assert missing_imports(asset, python_files(asset)) == {}
+    assert missing_imports(asset, handlers) == {}
+
+
+def test_code_asset_is_the_runtime_package_and_no_more(
+    synthesized: Synthesized, api_template: dict[str, Any]
+) -> None:
+    """The zip weighs what the runtime folders weigh: the harness (tollgate_dev) adds nothing to it."""
+    asset = _code_asset(synthesized, api_template)
+
+    assert tree_bytes(asset) == sum(tree_bytes(REPO_ROOT / folder) for folder in RUNTIME_FOLDERS)
+    assert {p.relative_to(asset) for p in python_files(asset)} == {
+        p.relative_to(REPO_ROOT) for folder in RUNTIME_FOLDERS for p in python_files(REPO_ROOT / folder)
+    }
+    assert tree_bytes(REPO_ROOT / "tollgate_dev") > 0
 
 
 def test_every_stack_with_functions_uses_the_same_code_asset(

@@ -25,6 +25,7 @@ from tests.infrastructure.cfn import (
     subnet_groups,
 )
 from tests.infrastructure.synth import Synthesized
+from tests.layout import missing_imports, tree_bytes
 
 pytestmark = pytest.mark.infrastructure
 
@@ -95,6 +96,20 @@ def test_image_is_built_for_arm64_from_the_allow_listed_context(
     assert entries - {".dockerignore"} == IMAGE_CONTEXT
     assert not list(staged.rglob("__pycache__"))
     assert (staged / "tollgate" / "settings.py").is_file() and (staged / "worker" / "main.py").is_file()
+
+
+def test_image_runs_the_worker_without_the_development_package(synthesized: Synthesized) -> None:
+    """The build context has no harness module, and everything the worker entrypoint imports is in it."""
+    manifest = json.loads(
+        (synthesized.outdir / f"{synthesized.worker_stack.artifact_id}.assets.json").read_text()
+    )
+    ((_, image),) = manifest["dockerImages"].items()
+    staged = synthesized.outdir / image["source"]["directory"]
+
+    assert not (staged / "tollgate_dev").exists()
+    assert "tollgate_dev" not in IMAGE_CONTEXT
+    assert missing_imports(staged, [staged / "worker" / "main.py"]) == {}
+    assert tree_bytes(staged / "tollgate") == tree_bytes(REPO_ROOT / "tollgate")
 
 
 def test_dockerfile_copies_only_what_the_context_admits() -> None:
