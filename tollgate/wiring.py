@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import boto3
 
-from tollgate.accept.service import AcceptanceDeps
+from tollgate.accept.service import AcceptanceDeps, AcceptanceLimits
 from tollgate.api.app import ApiDeps
 from tollgate.core.clock import SystemClock, new_id
 from tollgate.core.documents import S3DocumentStore
@@ -69,12 +69,23 @@ def build_api(settings: ApiSettings, db: Database | None = None, nudger: Nudger 
         else None
     )
     return ApiDeps(
-        AcceptanceDeps(db=db, documents=store, settings=settings, clock=clock, new_id=new_id, nudger=nudger),
+        AcceptanceDeps(
+            db=db,
+            documents=store,
+            limits=acceptance_limits(settings),
+            clock=clock,
+            new_id=new_id,
+            nudger=nudger,
+        ),
         webhooks=EndpointDeps(
             db, clock, new_id, new_secret, allow_private_targets=settings.webhooks_allow_private_targets
         ),
         replays=replays,
     )
+
+
+def acceptance_limits(settings: ApiSettings) -> AcceptanceLimits:
+    return AcceptanceLimits(**settings.model_dump(include=set(AcceptanceLimits.__dataclass_fields__)))
 
 
 def build_authorizer(settings: AuthorizerSettings, db: Database | None = None) -> ApiKeyResolver:

@@ -48,6 +48,7 @@ from tollgate.settings import ApiSettings
 from tollgate.support.service import SupportDeps, retry_job
 from tollgate.tenants.keys import create_tenant
 from tollgate.tenants.suppliers import add_supplier
+from tollgate.wiring import acceptance_limits
 from tollgate_dev.baselines import NoLimiter
 
 pytestmark = pytest.mark.integration
@@ -202,10 +203,12 @@ class JobProtocol(RuleBasedStateMachine):
         self.acceptance = AcceptanceDeps(
             db=self.app_db,
             documents=self.documents,
-            settings=ApiSettings(
-                database_url=SecretStr("postgresql://unused"),
-                documents_bucket="memory",
-                default_max_attempts=max_attempts,
+            limits=acceptance_limits(
+                ApiSettings(
+                    database_url=SecretStr("postgresql://unused"),
+                    documents_bucket="memory",
+                    default_max_attempts=max_attempts,
+                )
             ),
             clock=self.clock,
             new_id=new_id,
@@ -299,7 +302,7 @@ class JobProtocol(RuleBasedStateMachine):
             view.job_id,
             tenant,
             deadline_at=self.clock.now() + timedelta(seconds=deadline),
-            max_attempts=self.acceptance.settings.default_max_attempts,
+            max_attempts=self.acceptance.limits.default_max_attempts,
         )
         job.events[(EXTRACTION_REQUESTED, None)] += 1
         self.jobs[job.job_id] = job

@@ -7,38 +7,13 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, Field, StringConstraints
 
+from tollgate.core.documents import DocumentReference, InlineDocument
 from tollgate.core.job_states import JobState
+from tollgate.core.models import NO_NUL, Strict
 
-DOCUMENT_FORMAT = "ocr-pages/v1"
 SCHEMA_VERSIONS = ("invoice.v1",)
-
-PageText = Annotated[str, StringConstraints(min_length=1, max_length=200_000)]
-# PostgreSQL text and jsonb cannot hold U+0000: strings stored there say so in the schema, so that such a
-# value is refused as a 422 instead of failing in the database.
-NO_NUL = r"^[^\x00]*$"
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class OcrPage(Strict):
-    text: PageText = Field(description="The OCR text of one page.")
-
-
-class InlineDocument(Strict):
-    """OCR text sent with the request; stored by content digest."""
-
-    pages: list[OcrPage] = Field(min_length=1, max_length=200)
-
-
-class DocumentReference(Strict):
-    """An object version the tenant already stored under its own prefix (UTF-8 text, pages split by \\f)."""
-
-    s3_key: Annotated[str, StringConstraints(min_length=1, max_length=1024)]
-    version_id: Annotated[str, StringConstraints(min_length=1, max_length=1024)]
 
 
 class ModelPolicy(StrEnum):

@@ -19,11 +19,9 @@ from uuid import UUID
 from psycopg.types.json import Jsonb
 
 from tollgate.accept.models import (
-    DOCUMENT_FORMAT,
     Accepted,
     CreateJobRequest,
     DocumentView,
-    InlineDocument,
     JobLinks,
     JobPage,
     JobResultView,
@@ -31,8 +29,10 @@ from tollgate.accept.models import (
 )
 from tollgate.core.clock import Clock, IdFactory
 from tollgate.core.documents import (
+    DOCUMENT_FORMAT,
     CanonicalDocument,
     DocumentStore,
+    InlineDocument,
     document_from_inline,
     document_from_reference,
     document_key,
@@ -52,7 +52,6 @@ from tollgate.db import Database
 from tollgate.db.database import Conn
 from tollgate.events import ExtractionRequested, outbox_row
 from tollgate.outbox.nudge import NoNudge, Nudger
-from tollgate.settings import ApiSettings
 
 # Instructions, schema and delimiters around the OCR text, in tokens; the text itself is ~4 chars a token.
 PROMPT_OVERHEAD_TOKENS = 800
@@ -60,10 +59,26 @@ CHARS_PER_TOKEN = 4
 
 
 @dataclass(frozen=True)
+class AcceptanceLimits:
+    """What acceptance enforces; wiring fills it from the API's settings (``acceptance_limits``)."""
+
+    default_deadline_seconds: int
+    max_deadline_seconds: int
+    max_document_bytes: int
+    max_output_tokens: int
+    default_max_attempts: int
+    tenant_max_pending_jobs: int
+    tenant_max_pending_bytes: int
+    tenant_max_pending_tokens: int
+    system_max_backlog: int
+    admission_retry_after_seconds: int
+
+
+@dataclass(frozen=True)
 class AcceptanceDeps:
     db: Database
     documents: DocumentStore
-    settings: ApiSettings
+    limits: AcceptanceLimits
     clock: Clock
     new_id: IdFactory
     nudger: Nudger = field(default_factory=NoNudge)
@@ -97,7 +112,7 @@ def accept_job(
     request: CreateJobRequest,
     trace_context: str | None = None,
 ) -> Accepted:
-    settings = deps.settings
+    settings = deps.limits
     deadline_seconds = request.deadline_seconds or settings.default_deadline_seconds
     if deadline_seconds > settings.max_deadline_seconds:
         raise ValidationFailed(
@@ -176,7 +191,7 @@ def accept_job(
 
 def _admit(conn: Conn, deps: AcceptanceDeps, tenant_id: UUID, size_bytes: int, tokens: int) -> None:
     """Refuses work the system cannot take now, before anything is written."""
-    q, settings = deps.db.q, deps.settings
+    q, settings = deps.db.q, deps.limits
     limits = conn.execute(q.tenant_admission_limits, {"tenant_id": tenant_id}).fetchone()
     if limits is None:
         raise Unauthorized("the API key's tenant no longer exists")

@@ -78,7 +78,7 @@ class ApiDeps:
 
     @property
     def max_request_bytes(self) -> int:
-        return self.acceptance.settings.max_document_bytes * 2 + ENVELOPE_ALLOWANCE
+        return self.acceptance.limits.max_document_bytes * 2 + ENVELOPE_ALLOWANCE
 
 
 def _problem_responses(*statuses: int) -> dict[int, OpenAPIResponse]:

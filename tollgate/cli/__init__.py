@@ -1,0 +1,1 @@
+"""The ``tollgate`` command for operators and support staff; the development package adds its own commands."""

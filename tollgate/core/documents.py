@@ -9,14 +9,37 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Annotated, Protocol
 from uuid import UUID
 
-from tollgate.accept.models import DOCUMENT_FORMAT, DocumentReference, InlineDocument
+from pydantic import Field, StringConstraints
+
 from tollgate.core.errors import DocumentUnavailable, PayloadTooLarge
+from tollgate.core.models import Strict
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
+
+DOCUMENT_FORMAT = "ocr-pages/v1"
+PageText = Annotated[str, StringConstraints(min_length=1, max_length=200_000)]
+
+
+class OcrPage(Strict):
+    text: PageText = Field(description="The OCR text of one page.")
+
+
+class InlineDocument(Strict):
+    """OCR text sent with the request; stored by content digest."""
+
+    pages: list[OcrPage] = Field(min_length=1, max_length=200)
+
+
+class DocumentReference(Strict):
+    """An object version the tenant already stored under its own prefix (UTF-8 text, pages split by \\f)."""
+
+    s3_key: Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+    version_id: Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+
 
 PAGE_SEPARATOR = "\f"
 

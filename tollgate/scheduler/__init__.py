@@ -1,0 +1,1 @@
+"""The once-a-minute tick: expired leases, passed deadlines, stalled webhook deliveries, backlog metrics."""

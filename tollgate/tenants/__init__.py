@@ -1,0 +1,1 @@
+"""Tenants, their API keys and the authorizer that resolves a key, and their supplier master data."""
