@@ -99,14 +99,8 @@ from tollgate.db.database import Conn
 from tollgate.db.migrations import apply_migrations
 from tollgate.events import EXTRACTION_REQUESTED, ExtractionRequested, outbox_row
 from tollgate.outbox.nudge import EventNudger
-from tollgate.outbox.relay import (
-    SQS_BATCH_LIMIT,
-    OutboxEvent,
-    RelayDeps,
-    RelayReport,
-    SqsFifoPublisher,
-    relay_outbox,
-)
+from tollgate.outbox.relay import OutboxEvent, RelayDeps, RelayReport, relay_outbox
+from tollgate.outbox.sqs import SQS_BATCH_LIMIT, SqsFifoPublisher
 from tollgate.settings import REPO_ROOT, DatabaseSettings, RelaySettings
 from tollgate.tenants.keys import create_tenant
 from tollgate.wiring import build_relay

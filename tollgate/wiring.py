@@ -35,7 +35,8 @@ from tollgate.execution.llm.client import LlmClient, OpenAIExtractor
 from tollgate.execution.worker import WorkerConfig
 from tollgate.ingress.consumer import IngressDeps
 from tollgate.outbox.nudge import LambdaNudger, NoNudge, Nudger
-from tollgate.outbox.relay import RelayDeps, SqsFifoPublisher
+from tollgate.outbox.relay import RelayDeps
+from tollgate.outbox.sqs import SqsFifoPublisher
 from tollgate.scheduler.tick import SchedulerDeps
 from tollgate.settings import (
     ApiSettings,

@@ -17,7 +17,8 @@ from tests.support import invoice_request
 from tollgate.core.clock import SystemClock
 from tollgate.events import EXTRACTION_REQUESTED
 from tollgate.ingress.consumer import IngressDeps, ingest_once
-from tollgate.outbox.relay import RelayDeps, SqsFifoPublisher, relay_outbox
+from tollgate.outbox.relay import RelayDeps, relay_outbox
+from tollgate.outbox.sqs import SqsFifoPublisher
 from tollgate_dev.local.aws import create_jobs_queues
 
 pytestmark = pytest.mark.integration

@@ -241,7 +241,8 @@ def test_a_worker_killed_between_the_inbox_commit_and_the_sqs_delete_records_the
     known_tenant, system_db, simulator, clean_db, local_aws
 ):
     from tollgate.ingress.consumer import IngressDeps, IngressOutcome, ingest_once
-    from tollgate.outbox.relay import RelayDeps, SqsFifoPublisher, relay_outbox
+    from tollgate.outbox.relay import RelayDeps, relay_outbox
+    from tollgate.outbox.sqs import SqsFifoPublisher
 
     queues = create_jobs_queues(f"crash-delete-{secrets.token_hex(4)}")
     sqs = boto3.client("sqs")

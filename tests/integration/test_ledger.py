@@ -27,7 +27,8 @@ from tollgate.events import EXTRACTION_REQUESTED, WEBHOOK_EVENT_TYPES
 from tollgate.execution.attempt import run_attempt
 from tollgate.execution.llm.client import LlmResult, OutcomeClass
 from tollgate.ingress.consumer import IngressDeps, ingest_once
-from tollgate.outbox.relay import RelayDeps, SqsFifoPublisher, relay_outbox
+from tollgate.outbox.relay import RelayDeps, relay_outbox
+from tollgate.outbox.sqs import SqsFifoPublisher
 from tollgate.tenants.suppliers import add_supplier
 from tollgate_dev.chaos.erp import ErpEndpoint, ErpLog
 from tollgate_dev.chaos.ledger import (

@@ -16,7 +16,8 @@ from tests.support import invoice_request
 from tollgate.core.clock import FakeClock, SystemClock, new_id
 from tollgate.events import EXTRACTION_REQUESTED
 from tollgate.ingress.consumer import IngressDeps, IngressOutcome, ingest_once
-from tollgate.outbox.relay import OutboxEvent, RelayDeps, SqsFifoPublisher, relay_batch, relay_outbox
+from tollgate.outbox.relay import OutboxEvent, RelayDeps, relay_batch, relay_outbox
+from tollgate.outbox.sqs import SqsFifoPublisher
 from tollgate_dev.local.aws import create_jobs_queues
 
 pytestmark = pytest.mark.integration

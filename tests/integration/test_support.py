@@ -20,7 +20,8 @@ from tollgate.events import EXTRACTION_REQUESTED
 from tollgate.execution.attempt import AttemptEnd, run_attempt
 from tollgate.execution.llm.client import LlmResult, OutcomeClass
 from tollgate.ingress.consumer import IngressDeps, IngressOutcome, ingest_once
-from tollgate.outbox.relay import RelayDeps, SqsFifoPublisher, relay_outbox
+from tollgate.outbox.relay import RelayDeps, relay_outbox
+from tollgate.outbox.sqs import SqsFifoPublisher
 from tollgate.support.service import Decision, SupportDeps, redrive_dead_letters, retry_job, start_bulk_move
 from tollgate_dev.local.aws import create_jobs_queues
 

@@ -292,7 +292,8 @@ def _into_dlq(system_db, sqs, queues):
     """Relays the outbox to the jobs queue, then receives without deleting until SQS moves it to the DLQ."""
     from tollgate.core.clock import SystemClock
     from tollgate.events import EXTRACTION_REQUESTED
-    from tollgate.outbox.relay import RelayDeps, SqsFifoPublisher, relay_outbox
+    from tollgate.outbox.relay import RelayDeps, relay_outbox
+    from tollgate.outbox.sqs import SqsFifoPublisher
 
     relay_outbox(
         RelayDeps(

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 from uuid import UUID
 
 from pydantic import BaseModel
@@ -22,11 +22,6 @@ from tollgate.core.checkpoints import RELAY_AFTER_PUBLISH
 from tollgate.core.clock import Clock
 from tollgate.db import Database
 from tollgate.events import EventPayload, parse_payload
-
-if TYPE_CHECKING:
-    from mypy_boto3_sqs import SQSClient
-
-SQS_BATCH_LIMIT = 10
 
 
 class OutboxEvent(BaseModel):
@@ -55,55 +50,6 @@ class OutboxEvent(BaseModel):
 class Publisher(Protocol):
     def publish(self, events: Sequence[OutboxEvent]) -> dict[UUID, str | None]:
         """Sends the events; returns, per event id, None when confirmed or the reason it was not."""
-
-
-def message_group(event: OutboxEvent, shards_per_tenant: int) -> str:
-    """A tenant's events spread over a few groups of its own: FIFO order holds within a job, one tenant's
-    backlog never sits in front of another tenant's, and a heavy tenant is not limited to one in-flight
-    message (SQS FIFO delivers one group's messages one at a time)."""
-    shard = int(hashlib.sha256(event.aggregate_id.bytes).hexdigest(), 16) % shards_per_tenant
-    return f"{event.tenant_id}.{shard}"
-
-
-class SqsFifoPublisher:
-    def __init__(self, client: SQSClient, queue_url: str, shards_per_tenant: int = 8) -> None:
-        self._sqs = client
-        self._queue_url = queue_url
-        self._shards = shards_per_tenant
-
-    def publish(self, events: Sequence[OutboxEvent]) -> dict[UUID, str | None]:
-        outcome: dict[UUID, str | None] = {}
-        for start in range(0, len(events), SQS_BATCH_LIMIT):
-            chunk = events[start : start + SQS_BATCH_LIMIT]
-            entries = []
-            for index, event in enumerate(chunk):
-                attributes: dict[str, Any] = {
-                    "event_type": {"DataType": "String", "StringValue": event.event_type},
-                    "tenant_id": {"DataType": "String", "StringValue": str(event.tenant_id)},
-                }
-                if event.trace_context:
-                    attributes["traceparent"] = {"DataType": "String", "StringValue": event.trace_context}
-                entries.append(
-                    {
-                        "Id": str(index),
-                        "MessageBody": event.body(),
-                        "MessageDeduplicationId": str(event.event_id),
-                        "MessageGroupId": message_group(event, self._shards),
-                        "MessageAttributes": attributes,
-                    }
-                )
-            try:
-                response = self._sqs.send_message_batch(QueueUrl=self._queue_url, Entries=entries)  # type: ignore[arg-type]
-            except Exception as error:  # the whole call failed: every entry stays unpublished
-                for event in chunk:
-                    outcome[event.event_id] = f"{type(error).__name__}: {error}"[:1000]
-                continue
-            for ok in response.get("Successful", []):
-                outcome[chunk[int(ok["Id"])].event_id] = None
-            for failed in response.get("Failed", []):
-                reason = f"{failed.get('Code', '')}: {failed.get('Message', '')}"[:1000]
-                outcome[chunk[int(failed["Id"])].event_id] = reason
-        return outcome
 
 
 @dataclass(frozen=True)
