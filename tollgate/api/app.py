@@ -41,7 +41,7 @@ from tollgate.accept.service import (
     list_jobs,
 )
 from tollgate.api.json_body import UnacceptableJson, load_request_json
-from tollgate.api.problems import PROBLEM_CONTENT_TYPE, problem_response
+from tollgate.api.problems import DEPENDENCY_RETRY_AFTER_SECONDS, PROBLEM_CONTENT_TYPE, problem_response
 from tollgate.api.webhook_routes import register_webhook_routes
 from tollgate.core.errors import (
     DependencyUnavailable,
@@ -61,8 +61,6 @@ from tollgate.delivery.endpoints import EndpointDeps
 
 logger = Logger(service="tollgate-api")
 
-# A database failover or restart usually takes seconds to tens of seconds.
-DEPENDENCY_RETRY_AFTER_SECONDS = 5
 IDEMPOTENCY_KEY = r"^[\x21-\x7e]{1,255}$"
 JSON_CONTENT_TYPE = re.compile(r"^application/json\s*(;.*)?$", re.IGNORECASE)
 # The JSON envelope around a document (keys, quotes, escapes) on top of the document's own limit.

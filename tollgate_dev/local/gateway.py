@@ -17,8 +17,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from aws_lambda_powertools import Logger
 
-from tollgate.api.app import DEPENDENCY_RETRY_AFTER_SECONDS
-from tollgate.api.problems import PROBLEM_CONTENT_TYPE, problem_body
+from tollgate.api.problems import DEPENDENCY_RETRY_AFTER_SECONDS, PROBLEM_CONTENT_TYPE, problem_body
 from tollgate.core.errors import DependencyUnavailable, PayloadTooLarge, TollgateError, Unauthorized
 from tollgate.tenants.authorizer import Denied
 
