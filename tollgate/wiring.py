@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import boto3
 
 from tollgate.accept.service import AcceptanceDeps, AcceptanceLimits
-from tollgate.api.app import ApiDeps
+from tollgate.api.deps import ApiDeps
 from tollgate.core.clock import SystemClock, new_id
 from tollgate.core.documents import S3DocumentStore
 from tollgate.core.metrics import MetricsSink, RecordedMetrics

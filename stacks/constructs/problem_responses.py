@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from aws_cdk import aws_apigateway as apigw
 from constructs import Construct
 
-# The API Lambda's own base and media type: a client sees one family of problem types, whoever answers.
-from tollgate.api.app import DEPENDENCY_RETRY_AFTER_SECONDS
-from tollgate.api.problems import PROBLEM_CONTENT_TYPE, PROBLEM_TYPE_BASE
+# The API Lambda's own base, media type and retry interval: a client sees one family of problems, whoever
+# answers. tollgate.api.problems is cheap to import: the routes and their dependencies stay out of the synth.
+from tollgate.api.problems import DEPENDENCY_RETRY_AFTER_SECONDS, PROBLEM_CONTENT_TYPE, PROBLEM_TYPE_BASE
 
 
 @dataclass(frozen=True)

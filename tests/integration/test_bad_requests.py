@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
+import uuid
 
 import boto3
 import pytest
 
 from tests.support import count_rows, invoice_request
+from tollgate.settings import REPO_ROOT
 from tollgate_dev.local.client import ApiClient
 from tollgate_dev.local.runtime import LOCAL_BUCKET
 
@@ -249,3 +252,68 @@ def test_a_missing_object_version_is_a_clear_422(tenant, clean_db):
     key = f"tenants/{tenant.tenant_id}/uploads/missing.txt"
     response = tenant.client.submit({"document": {"s3_key": key, "version_id": "no-such-version"}}, "k")
     assert response.status == 422 and response.json["type"].endswith("/document-unavailable")
+
+
+PATH_PARAMETER = re.compile(r"\{(\w+)\}")
+# Bodies that pass validation, so that what the route answers about is the id in its path.
+VALID_BODIES = {
+    ("PATCH", "/webhook-endpoints/{endpoint_id}"): {},
+    ("POST", "/webhook-endpoints/{endpoint_id}/replay"): {"since": "2024-01-01T00:00:00Z"},
+}
+
+
+def _documented_paths() -> dict[str, dict[str, dict]]:
+    return json.loads((REPO_ROOT / "openapi.json").read_text(encoding="utf-8"))["paths"]
+
+
+def _ids_in_paths() -> list[tuple[str, str, str]]:
+    """(method, path, parameter) for each id in the path of each operation the committed document lists."""
+    return [
+        (method.upper(), path, name)
+        for path, operations in _documented_paths().items()
+        for method in operations
+        for name in PATH_PARAMETER.findall(path)
+    ]
+
+
+IDS_IN_PATHS = _ids_in_paths()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "malformed"), IDS_IN_PATHS, ids=[f"{m} {p} {n}" for m, p, n in IDS_IN_PATHS]
+)
+def test_an_id_that_is_not_a_uuid_is_the_same_404_on_every_route(tenant, clean_db, method, path, malformed):
+    """Given every other id well-formed (and unknown), when one is not a UUID, the answer is the not-found
+    problem an unknown id gets, whatever the route, before any other check (replays included, which this
+    stack, without a dispatcher, would otherwise answer with a 503)."""
+    url = path.format(
+        **{
+            name: "not-a-uuid" if name == malformed else str(uuid.uuid4())
+            for name in PATH_PARAMETER.findall(path)
+        }
+    )
+    body = VALID_BODIES.get((method, path))
+
+    response = tenant.client.request(method, url, json_body=body)
+
+    assert response.status == 404, response.body[:500]
+    assert response.header("Content-Type") == "application/problem+json"
+    problem = response.json
+    assert {k: problem[k] for k in ("type", "title", "status", "instance")} == {
+        "type": "https://tollgate.dev/problems/not-found",
+        "title": "No such resource",
+        "status": 404,
+        "instance": url,
+    }
+    assert re.fullmatch(r"no [a-z ]+ not-a-uuid", problem["detail"]), problem["detail"]
+
+
+def test_every_route_with_a_body_and_an_id_has_a_valid_body_above():
+    """A new route with both gets a body in VALID_BODIES, or the 404 test would see a 422 instead."""
+    with_both = {
+        (method.upper(), path)
+        for path, operations in _documented_paths().items()
+        for method, operation in operations.items()
+        if PATH_PARAMETER.search(path) and "requestBody" in operation
+    }
+    assert with_both == set(VALID_BODIES)

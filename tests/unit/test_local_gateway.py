@@ -1,12 +1,22 @@
-"""The local API Gateway stand-in answers an authorizer that fails (its database away, say) as the deployed
-gateway does: 503 problem+json with Retry-After, and the API behind it never runs."""
+"""The local API Gateway stand-in: an authorizer that fails (its database away, say) is answered as the
+deployed gateway answers it, and requests served at once on several threads each see their own event."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+
 import psycopg
+import pytest
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
+from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
+from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 
 from tollgate_dev.local.client import ApiClient
-from tollgate_dev.local.gateway import LocalGateway
+from tollgate_dev.local.gateway import LocalGateway, RequestScopedResolver, build_event
+
+# How long one thread may wait for the other on a loaded machine; it runs out only when a test is failing.
+PATIENCE_SECONDS = 60
 
 
 def test_an_authorizer_failure_is_a_503_with_retry_after_and_the_api_is_not_called():
@@ -27,3 +37,62 @@ def test_an_authorizer_failure_is_a_503_with_retry_after_and_the_api_is_not_call
     assert response.header("Content-Type") == "application/problem+json"
     assert response.json["type"].endswith("/dependency-unavailable")
     assert called == []
+
+
+# A route gets the router it is registered on, and reads the request's event through it.
+Route = Callable[[BaseRouter], str]
+
+
+def route_on_the_resolver(app: APIGatewayRestResolver, route: Route) -> None:
+    app.get("/who")(lambda: Response(200, "text/plain", route(app)))
+
+
+def route_on_a_router(app: APIGatewayRestResolver, route: Route) -> None:
+    """As the API's routes are registered: on a router of their own that the resolver includes."""
+    router = APIGatewayRouter()
+    router.get("/who")(lambda: Response(200, "text/plain", route(router)))
+    app.include_router(router)
+
+
+def resolve_two_at_once(
+    resolver_class: type[APIGatewayRestResolver],
+    register: Callable[[APIGatewayRestResolver, Route], None] = route_on_the_resolver,
+) -> dict[str, tuple[str, str]]:
+    """Request a enters its route and waits; request b is resolved meanwhile; then a reads its event again."""
+    a_inside, b_done = threading.Event(), threading.Event()
+    seen: dict[str, tuple[str, str]] = {}
+
+    def who(events: BaseRouter) -> str:
+        name = events.current_event.headers["x-who"]
+        if name == "a":
+            a_inside.set()
+            assert b_done.wait(PATIENCE_SECONDS), "request b was never resolved"
+        seen[name] = (name, events.current_event.headers["x-who"])
+        return name
+
+    def make() -> APIGatewayRestResolver:
+        app = resolver_class()
+        register(app, who)
+        return app
+
+    first, second = make(), make()
+    thread = threading.Thread(
+        target=lambda: first.resolve(build_event("GET", "/who", {"x-who": "a"}, b""), None)
+    )
+    thread.start()
+    assert a_inside.wait(PATIENCE_SECONDS), "request a never entered its route"
+    second.resolve(build_event("GET", "/who", {"x-who": "b"}, b""), None)
+    b_done.set()
+    thread.join(PATIENCE_SECONDS)
+    assert not thread.is_alive(), "request a never finished"
+    return seen
+
+
+def test_powertools_resolvers_share_the_event_being_resolved():
+    """Why RequestScopedResolver exists: with the stock resolver, request a reads request b's event."""
+    assert resolve_two_at_once(APIGatewayRestResolver)["a"] == ("a", "b")
+
+
+@pytest.mark.parametrize("register", [route_on_the_resolver, route_on_a_router])
+def test_each_request_scoped_resolver_keeps_its_own_event(register):
+    assert resolve_two_at_once(RequestScopedResolver, register) == {"a": ("a", "a"), "b": ("b", "b")}

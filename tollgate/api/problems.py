@@ -11,6 +11,9 @@ from tollgate.core.errors import TollgateError
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 PROBLEM_TYPE_BASE = "https://tollgate.dev/problems/"
+# Retry-After when a dependency is down: a database failover or restart usually takes seconds to tens of
+# seconds. Here rather than in the app so the CDK stack and the local gateway can read it without the routes.
+DEPENDENCY_RETRY_AFTER_SECONDS = 5
 
 
 def problem_body(error: TollgateError, instance: str | None = None) -> dict[str, Any]:

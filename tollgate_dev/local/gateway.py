@@ -1,24 +1,30 @@
 """A small stand-in for API Gateway on 127.0.0.1: turns HTTP requests into REST proxy events.
 
 It runs the real authorizer use case first (TOKEN authorizer semantics: 401 when it denies, its context
-passed on as ``requestContext.authorizer``) and then the API's handle function, as Lambda would.
+passed on as ``requestContext.authorizer``) and then the API's handle function, as Lambda would. ``AppPool``
+stands in for the API Lambda's concurrent instances: the gateway serves requests on many threads at once.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import queue
 import threading
 import uuid
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl, urlsplit
 
 from aws_lambda_powertools import Logger
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
+from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 
-from tollgate.api.app import DEPENDENCY_RETRY_AFTER_SECONDS
-from tollgate.api.problems import PROBLEM_CONTENT_TYPE, problem_body
+from tollgate.api.app import create_app, handle
+from tollgate.api.deps import ApiDeps
+from tollgate.api.problems import DEPENDENCY_RETRY_AFTER_SECONDS, PROBLEM_CONTENT_TYPE, problem_body
 from tollgate.core.errors import DependencyUnavailable, PayloadTooLarge, TollgateError, Unauthorized
 from tollgate.tenants.authorizer import Denied
 
@@ -66,6 +72,45 @@ def build_event(method: str, raw_path: str, headers: dict[str, str], body: bytes
         "body": text if body else None,
         "isBase64Encoded": is_base64,
     }
+
+
+class RequestScopedResolver(APIGatewayRestResolver):
+    """Powertools' REST resolver with the request kept on the resolver itself.
+
+    Powertools stores the event being resolved on a class attribute (``BaseRouter.current_event``), shared
+    by every resolver in the process. One request per process at a time, as in Lambda, never notices; the
+    local gateway serves requests on several threads (one resolver each, see ``AppPool``), where a request
+    would read another thread's event: its body, headers or tenant. Setting the event on the instance while
+    it is built makes every read through the resolver (the routers included in it, the error handlers and
+    Powertools' validation) see its own. A stock resolver in the same process still reads the shared
+    attribute, which these ones write too: it is safe only while no pool is serving.
+    """
+
+    def _to_proxy_event(self, event: dict[str, Any]) -> BaseProxyEvent:
+        proxy = super()._to_proxy_event(event)
+        self.current_event = cast(APIGatewayProxyEvent, proxy)
+        return proxy
+
+
+class AppPool:
+    """Several resolvers for a server that handles requests on many threads (the local gateway).
+
+    A resolver keeps the request being handled on itself, so one resolver must never serve two requests at
+    once; in Lambda a process handles one request at a time and needs no pool.
+    """
+
+    def __init__(self, deps: ApiDeps, size: int) -> None:
+        self._deps = deps
+        self._idle: queue.SimpleQueue[APIGatewayRestResolver] = queue.SimpleQueue()
+        for _ in range(size):
+            self._idle.put(create_app(deps, RequestScopedResolver))
+
+    def handle(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        app = self._idle.get()
+        try:
+            return handle(app, self._deps, event, context)
+        finally:
+            self._idle.put(app)
 
 
 class _Server(ThreadingHTTPServer):

@@ -18,7 +18,6 @@ from uuid import UUID
 import boto3
 from pydantic import SecretStr
 
-from tollgate.api.app import AppPool
 from tollgate.core.metrics import RecordedMetrics
 from tollgate.db import Database, build_database
 from tollgate.db.migrations import apply_migrations
@@ -57,7 +56,7 @@ from tollgate_dev.local.aws import (
 )
 from tollgate_dev.local.erp import DemoErp
 from tollgate_dev.local.foreground import StartCancelled
-from tollgate_dev.local.gateway import LocalGateway
+from tollgate_dev.local.gateway import AppPool, LocalGateway
 from tollgate_dev.local.logs import as_component
 from tollgate_dev.local.loops import Loop
 from tollgate_dev.local.postgres import server_url

@@ -1,0 +1,122 @@
+"""Routes for extraction jobs: submit one, list the tenant's, read one or its result, cancel one."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
+from aws_lambda_powertools.event_handler.router import APIGatewayRouter
+
+from tollgate.accept.models import CreateJobRequest, JobPage, JobResultView, JobView
+from tollgate.accept.service import accept_job, cancel_job, get_job, get_job_result, list_jobs
+from tollgate.api.deps import ApiDeps
+from tollgate.api.routes.shared import (
+    authenticated_tenant,
+    documented,
+    json_response,
+    new_router,
+    path_id,
+    problem_responses,
+)
+from tollgate.core.job_states import JobState
+from tollgate.core.observability import trace_for_request
+
+logger = Logger(service="tollgate-api")
+
+IDEMPOTENCY_KEY = r"^[\x21-\x7e]{1,255}$"
+JOB = "extraction job"
+TAGS = ["extraction-jobs"]
+
+
+def build_router(deps: ApiDeps) -> APIGatewayRouter:
+    router = new_router()
+
+    @router.post(
+        "/extraction-jobs",
+        summary="Submit an invoice extraction job",
+        description="Answers 202 with the job and its Location. The same Idempotency-Key with the same "
+        "request answers with the first job (Idempotent-Replayed: true); with a different request, 409.",
+        responses={
+            **documented(JobView, "Accepted", 202),
+            **documented(JobView, "Replay of a finished job"),
+            **problem_responses(400, 401, 403, 409, 413, 415, 422, 429, 503),
+        },
+        tags=TAGS,
+    )
+    def create_job(
+        request: Annotated[CreateJobRequest, Body()],
+        idempotency_key: Annotated[
+            str,
+            Header(
+                alias="Idempotency-Key",
+                description="Unique per request, 1-255 visible ASCII.",
+                pattern=IDEMPOTENCY_KEY,
+            ),
+        ],
+        traceparent: Annotated[str | None, Header(description="W3C trace context to carry along.")] = None,
+    ) -> Response[str]:
+        event = router.current_event
+        trace = trace_for_request(traceparent, event.headers.get("X-Amzn-Trace-Id"))
+        accepted = accept_job(
+            deps.acceptance, authenticated_tenant(event), idempotency_key, request, trace.traceparent
+        )
+        job = accepted.job
+        logger.info(
+            "job accepted",
+            extra={"job_id": str(job.job_id), "replayed": accepted.replayed, "trace_id": trace.trace_id},
+        )
+        headers = {"Location": job.links.self}
+        if accepted.replayed:
+            headers["Idempotent-Replayed"] = "true"
+        status = 200 if accepted.replayed and job.state.is_terminal else 202
+        return json_response(status, job, headers)
+
+    @router.get(
+        "/extraction-jobs",
+        summary="List the tenant's jobs, newest first",
+        responses={**documented(JobPage, "A page of jobs"), **problem_responses(400, 401, 422)},
+        tags=TAGS,
+    )
+    def list_extraction_jobs(
+        state: Annotated[JobState | None, Query(description="Only jobs in this state.")] = None,
+        limit: Annotated[int, Query(ge=1, le=100)] = 20,
+        cursor: Annotated[str | None, Query(max_length=512)] = None,
+    ) -> Response[str]:
+        tenant_id = authenticated_tenant(router.current_event)
+        return json_response(
+            200, list_jobs(deps.acceptance.db, tenant_id, state=state, limit=limit, cursor=cursor)
+        )
+
+    @router.get(
+        "/extraction-jobs/<job_id>",
+        summary="One job",
+        responses={**documented(JobView, "The job"), **problem_responses(401, 404)},
+        tags=TAGS,
+    )
+    def get_extraction_job(job_id: str) -> Response[str]:
+        tenant_id = authenticated_tenant(router.current_event)
+        return json_response(200, get_job(deps.acceptance.db, tenant_id, path_id(job_id, JOB)))
+
+    @router.get(
+        "/extraction-jobs/<job_id>/result",
+        summary="A finished job's validated extraction",
+        responses={**documented(JobResultView, "The result"), **problem_responses(401, 404, 409)},
+        tags=TAGS,
+    )
+    def get_extraction_result(job_id: str) -> Response[str]:
+        tenant_id = authenticated_tenant(router.current_event)
+        return json_response(200, get_job_result(deps.acceptance.db, tenant_id, path_id(job_id, JOB)))
+
+    @router.post(
+        "/extraction-jobs/<job_id>/cancel",
+        summary="Cancel a job that has not started (or waits for a retry)",
+        responses={**documented(JobView, "The cancelled job"), **problem_responses(401, 404, 409)},
+        tags=TAGS,
+    )
+    def cancel_extraction_job(job_id: str) -> Response[str]:
+        tenant_id = authenticated_tenant(router.current_event)
+        return json_response(200, cancel_job(deps.acceptance.db, tenant_id, path_id(job_id, JOB)))
+
+    return router

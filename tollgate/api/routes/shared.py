@@ -1,0 +1,66 @@
+"""What every resource's routes share: the tenant the authorizer vouched for, ids read from the path, JSON
+responses, and the responses a route documents in the OpenAPI document."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
+from aws_lambda_powertools.event_handler.router import APIGatewayRouter
+from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
+from pydantic import BaseModel
+
+from tollgate.api.problems import PROBLEM_CONTENT_TYPE
+from tollgate.core.errors import NotFound, Unauthorized
+
+
+def new_router() -> APIGatewayRouter:
+    """A router whose routes read the event as API Gateway's REST proxy event."""
+    return APIGatewayRouter()  # type: ignore[no-untyped-call]  # Powertools leaves __init__ unannotated
+
+
+def authenticated_tenant(event: BaseProxyEvent) -> UUID:
+    """The tenant from the authorizer's context: never from the request, which the tenant controls."""
+    authorizer = (event.raw_event.get("requestContext") or {}).get("authorizer") or {}
+    try:
+        return UUID(str(authorizer["tenant_id"]))
+    except (KeyError, ValueError):
+        raise Unauthorized("the request carries no authenticated tenant") from None
+
+
+def path_id(raw: str, what: str) -> UUID:
+    """An id taken from the path, for every route that has one.
+
+    Text that is not a UUID names nothing the tenant owns, so it gets the 404 an unknown id gets (with the
+    same detail the use cases give), not a validation error that would tell the two cases apart.
+    """
+    try:
+        return UUID(raw)
+    except ValueError:
+        raise NotFound(f"no {what} {raw}") from None
+
+
+def json_response(status: int, model: BaseModel, headers: dict[str, str] | None = None) -> Response[str]:
+    return Response(
+        status_code=status,
+        content_type="application/json",
+        body=model.model_dump_json(),
+        headers=headers or {},
+    )
+
+
+def documented(model: type[BaseModel], description: str, status: int = 200) -> dict[int, OpenAPIResponse]:
+    """A success response for the OpenAPI document: ``model`` as application/json."""
+    return {status: {"description": description, "content": {"application/json": {"model": model}}}}
+
+
+def problem_responses(*statuses: int) -> dict[int, OpenAPIResponse]:
+    # Every route reads or writes PostgreSQL, so every route may answer 503 while it is unreachable.
+    return {
+        status: {
+            "description": "Problem details (RFC 9457)",
+            "content": {PROBLEM_CONTENT_TYPE: {"schema": {}}},
+        }
+        for status in sorted({*statuses, 503})
+    }
