@@ -135,7 +135,7 @@ class DeliveryView(BaseModel):
     delivery_id: UUID
     event_id: UUID
     event_type: str
-    state: str
+    state: DeliveryState
     attempts: int
     replays: int
     next_attempt_at: datetime | None
