@@ -16,6 +16,7 @@ from aws_lambda_powertools import Logger
 from psycopg.types.json import Jsonb
 
 from tollgate.core.clock import Clock, IdFactory
+from tollgate.core.job_states import JobState, checked_transition
 from tollgate.core.metrics import DELIVERIES_RESTARTED, MetricsSink
 from tollgate.core.retry import Jitter, RetryPolicy, next_attempt_at
 from tollgate.db import Database
@@ -64,6 +65,9 @@ def run_scheduler(deps: SchedulerDeps) -> SchedulerReport:
 
 def _fail(conn: Conn, deps: SchedulerDeps, *, job_id: UUID, fence: int, now: datetime, reason: str) -> bool:
     q = deps.db.q
+    checked_transition(
+        frozenset({JobState.READY, JobState.RUNNING, JobState.RETRY_SCHEDULED}), JobState.FAILED_TERMINAL
+    )
     failed = conn.execute(
         q.fail_job_terminally,
         {"job_id": job_id, "fence": fence, "now": now, "error": Jsonb({"reason": reason})},
@@ -106,6 +110,7 @@ def reap_expired_leases(deps: SchedulerDeps, report: SchedulerReport) -> None:
                 if _fail(conn, deps, job_id=job["job_id"], fence=job["fence"], now=now, reason=reason):
                     report.reaped_to_failed += 1
                 continue
+            checked_transition(JobState.RUNNING, JobState.RETRY_SCHEDULED)
             conn.execute(
                 q.reap_to_retry,
                 {
