@@ -20,7 +20,7 @@ from aws_lambda_powertools import Logger
 from tollgate.api.app import DEPENDENCY_RETRY_AFTER_SECONDS
 from tollgate.api.problems import PROBLEM_CONTENT_TYPE, problem_body
 from tollgate.core.errors import DependencyUnavailable, PayloadTooLarge, TollgateError, Unauthorized
-from tollgate.tenants.authorizer import Denied
+from tollgate.tenants.authorizer import AccessDenied as Denied
 
 logger = Logger(service="tollgate-local", child=True)
 
