@@ -17,7 +17,16 @@ from psycopg.types.json import Jsonb
 
 from tollgate.core.clock import Clock, IdFactory
 from tollgate.core.job_states import JobState, checked_transition
-from tollgate.core.metrics import DELIVERIES_RESTARTED, MetricsSink
+from tollgate.core.metrics import (
+    DELIVERIES_RESTARTED,
+    OLDEST_ELIGIBLE_JOB_AGE,
+    OLDEST_UNPUBLISHED_OUTBOX_AGE,
+    RUNNABLE_JOBS,
+    RUNNING_JOBS,
+    UNPUBLISHED_OUTBOX_EVENTS,
+    WAITING_RETRIES,
+    MetricsSink,
+)
 from tollgate.core.retry import Jitter, RetryPolicy, next_attempt_at
 from tollgate.db import Database
 from tollgate.db.database import Conn
@@ -174,12 +183,12 @@ def publish_backlog_metrics(deps: SchedulerDeps, report: SchedulerReport) -> Non
     report.runnable = backlog["runnable"]
     report.oldest_eligible_age_seconds = _age(now, backlog["oldest_eligible"])
     report.oldest_unpublished_age_seconds = _age(now, outbox["oldest"])
-    deps.metrics.gauge("RunnableJobs", report.runnable)
-    deps.metrics.gauge("RunningJobs", backlog["running"])
-    deps.metrics.gauge("WaitingRetries", backlog["waiting"])
-    deps.metrics.gauge("OldestEligibleJobAge", report.oldest_eligible_age_seconds, "Seconds")
-    deps.metrics.gauge("OldestUnpublishedOutboxAge", report.oldest_unpublished_age_seconds, "Seconds")
-    deps.metrics.gauge("UnpublishedOutboxEvents", outbox["unpublished"])
+    deps.metrics.gauge(RUNNABLE_JOBS, report.runnable)
+    deps.metrics.gauge(RUNNING_JOBS, backlog["running"])
+    deps.metrics.gauge(WAITING_RETRIES, backlog["waiting"])
+    deps.metrics.gauge(OLDEST_ELIGIBLE_JOB_AGE, report.oldest_eligible_age_seconds, "Seconds")
+    deps.metrics.gauge(OLDEST_UNPUBLISHED_OUTBOX_AGE, report.oldest_unpublished_age_seconds, "Seconds")
+    deps.metrics.gauge(UNPUBLISHED_OUTBOX_EVENTS, outbox["unpublished"])
 
 
 def _age(now: datetime, since: datetime | None) -> float:
