@@ -2,7 +2,8 @@
 scaling (WorkerStack).
 
 ``tollgate/scheduler/tick.py`` publishes them once a minute through Powertools, which adds the ``service``
-dimension; a metric is only found with exactly the dimensions it was published with.
+dimension; a metric is only found with exactly the dimensions it was published with. Their names come from
+``tollgate/core/metrics.py``, the same constants the scheduler publishes under.
 """
 
 from __future__ import annotations
@@ -11,14 +12,15 @@ import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
 
 from stacks.constructs.entrypoint_function import METRICS_NAMESPACE, service_name
+from tollgate.core import metrics as published
 
 SCHEDULER_SERVICE = service_name("scheduler")
-RUNNABLE_JOBS = "RunnableJobs"
-RUNNING_JOBS = "RunningJobs"
-WAITING_RETRIES = "WaitingRetries"
-OLDEST_ELIGIBLE_JOB_AGE = "OldestEligibleJobAge"
-OLDEST_UNPUBLISHED_OUTBOX_AGE = "OldestUnpublishedOutboxAge"
-UNPUBLISHED_OUTBOX_EVENTS = "UnpublishedOutboxEvents"
+RUNNABLE_JOBS = published.RUNNABLE_JOBS
+RUNNING_JOBS = published.RUNNING_JOBS
+WAITING_RETRIES = published.WAITING_RETRIES
+OLDEST_ELIGIBLE_JOB_AGE = published.OLDEST_ELIGIBLE_JOB_AGE
+OLDEST_UNPUBLISHED_OUTBOX_AGE = published.OLDEST_UNPUBLISHED_OUTBOX_AGE
+UNPUBLISHED_OUTBOX_EVENTS = published.UNPUBLISHED_OUTBOX_EVENTS
 
 
 def scheduler_metric(metric_name: str, *, label: str | None = None) -> cloudwatch.Metric:

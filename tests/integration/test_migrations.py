@@ -11,6 +11,7 @@ import pytest
 
 from tollgate.core.job_states import CANCELLABLE_STATES, UNFINISHED_STATES, JobState
 from tollgate.db.migrations import MigrationError, apply_migrations, read_migrations
+from tollgate.delivery.states import DeliveryState
 
 pytestmark = pytest.mark.integration
 
@@ -92,6 +93,16 @@ def test_the_job_state_enum_mirrors_the_check_constraint(database_url):
         ).fetchone()
     states_in_db = set(re.findall(r"'([A-Z_]+)'", definition))
     assert states_in_db == {s.value for s in JobState}
+
+
+def test_the_delivery_state_enum_mirrors_the_check_constraint(database_url):
+    with psycopg.connect(database_url) as conn:
+        (definition,) = conn.execute(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE conname = 'webhook_deliveries_state_check'"
+        ).fetchone()
+    states_in_db = set(re.findall(r"'([A-Z_]+)'", definition))
+    assert states_in_db == {s.value for s in DeliveryState}
 
 
 def test_sql_state_lists_match_the_state_machine():

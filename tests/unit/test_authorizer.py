@@ -4,7 +4,7 @@ from uuid import uuid4
 
 import pytest
 
-from tollgate.tenants.authorizer import Denied, authorize_request
+from tollgate.tenants.authorizer import AccessDenied, authorize_request
 from tollgate.tenants.keys import Principal, bearer_token, mint_api_key
 
 ARN = "arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/POST/extraction-jobs"
@@ -37,13 +37,13 @@ def test_a_known_key_gets_a_policy_for_every_method_with_its_tenant():
 @pytest.mark.parametrize("header", [None, "", "Bearer", "Basic abc", "Bearer not-our-format", "tg_abc"])
 def test_malformed_headers_are_denied_without_a_lookup(header):
     resolver = KnownKeys({})
-    with pytest.raises(Denied, match="Unauthorized"):
+    with pytest.raises(AccessDenied, match="Unauthorized"):
         authorize_request(resolver, header, ARN)
     assert resolver.calls == []
 
 
 def test_an_unknown_key_is_denied():
-    with pytest.raises(Denied):
+    with pytest.raises(AccessDenied):
         authorize_request(KnownKeys({}), f"Bearer {mint_api_key()}", ARN)
 
 

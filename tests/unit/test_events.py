@@ -101,7 +101,7 @@ def test_only_one_query_inserts_outbox_rows():
         for path in (REPO_ROOT / "tollgate" / "db" / "queries").glob("*.sql")
         for _ in range(path.read_text(encoding="utf-8").upper().count("INSERT INTO OUTBOX_EVENTS"))
     ]
-    assert inserts == ["acceptance.sql"]
+    assert inserts == ["outbox.sql"]
 
 
 GOOD = """

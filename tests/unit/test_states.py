@@ -1,11 +1,15 @@
 """The job state machine: terminal states are final, cancellation only before work or between tries."""
 
+import pytest
+
 from tollgate.core.job_states import (
     CANCELLABLE_STATES,
     TERMINAL_STATES,
     TRANSITIONS,
+    IllegalTransition,
     JobState,
     can_transition,
+    checked_transition,
 )
 
 
@@ -34,3 +38,9 @@ def test_a_job_that_waited_past_its_deadline_can_fail_without_having_run():
     # The scheduler's deadline expiry moves READY and RETRY_SCHEDULED jobs to FAILED_TERMINAL directly.
     assert can_transition(JobState.READY, JobState.FAILED_TERMINAL)
     assert can_transition(JobState.RETRY_SCHEDULED, JobState.FAILED_TERMINAL)
+
+
+def test_a_checked_transition_is_refused_when_any_of_its_sources_cannot_make_it():
+    with pytest.raises(IllegalTransition, match="from RUNNING to CANCELLED"):
+        checked_transition(frozenset({JobState.READY, JobState.RUNNING}), JobState.CANCELLED)
+    assert checked_transition(CANCELLABLE_STATES, JobState.CANCELLED) is JobState.CANCELLED

@@ -47,7 +47,7 @@ from tollgate.core.errors import (
     Unauthorized,
     ValidationFailed,
 )
-from tollgate.core.job_states import JobState
+from tollgate.core.job_states import JobState, checked_transition
 from tollgate.db import Database
 from tollgate.db.database import Conn
 from tollgate.events import ExtractionRequested, outbox_row
@@ -359,6 +359,7 @@ def get_job_result(db: Database, tenant_id: UUID, job_id: UUID) -> JobResultView
 
 
 def cancel_job(db: Database, tenant_id: UUID, job_id: UUID) -> JobView:
+    checked_transition(frozenset({JobState.READY, JobState.RETRY_SCHEDULED}), JobState.CANCELLED)
     with db.transaction(tenant_id) as conn:
         cancelled = conn.execute(db.q.cancel_job, {"tenant_id": tenant_id, "job_id": job_id}).fetchone()
         row = conn.execute(db.q.get_job, {"tenant_id": tenant_id, "job_id": job_id}).fetchone()

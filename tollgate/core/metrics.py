@@ -22,6 +22,15 @@ DELIVERIES_GAVE_UP = "DeliveriesGaveUp"
 ENDPOINTS_DISABLED = "EndpointsDisabled"
 # The scheduler (service tollgate-scheduler): deliveries it found stalled and started again.
 DELIVERIES_RESTARTED = "DeliveriesRestarted"
+# The scheduler's backlog gauges, once a tick: the worker's scaling watches RunnableJobs and
+# OldestEligibleJobAge, the observability stack graphs all of them and alarms on some
+# (stacks/constructs/backlog_metrics.py).
+RUNNABLE_JOBS = "RunnableJobs"
+RUNNING_JOBS = "RunningJobs"
+WAITING_RETRIES = "WaitingRetries"
+OLDEST_ELIGIBLE_JOB_AGE = "OldestEligibleJobAge"
+OLDEST_UNPUBLISHED_OUTBOX_AGE = "OldestUnpublishedOutboxAge"
+UNPUBLISHED_OUTBOX_EVENTS = "UnpublishedOutboxEvents"
 
 
 class MetricsSink(Protocol):

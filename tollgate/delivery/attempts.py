@@ -31,6 +31,7 @@ from tollgate.core.retry import Jitter
 from tollgate.db import Database
 from tollgate.delivery.sender import DeliveryResult
 from tollgate.delivery.signing import sign
+from tollgate.delivery.states import DeliveryState, checked_transition
 from tollgate.execution.llm.client import parse_retry_after
 
 logger = Logger(service="tollgate-webhook-attempt", child=True)
@@ -110,12 +111,13 @@ def _attempt(deps: AttemptDeps, delivery_id: UUID) -> AttemptOutcome:
         if row is None:
             logger.error("no such delivery", extra={"delivery_id": str(delivery_id)})
             return AttemptOutcome(Next.GAVE_UP)
-        if row["state"] == "DELIVERED":
+        state = DeliveryState(row["state"])
+        if state is DeliveryState.DELIVERED:
             return AttemptOutcome(Next.DELIVERED, attempt=row["attempts"])
-        if row["state"] != "PENDING":
+        if state is not DeliveryState.PENDING:
             return AttemptOutcome(Next.GAVE_UP, attempt=row["attempts"])
         if not row["enabled"] or row["deleted_at"] is not None:
-            _finish(conn, deps, row, "ENDPOINT_DISABLED", error="the endpoint is disabled")
+            _finish(conn, deps, row, DeliveryState.ENDPOINT_DISABLED, error="the endpoint is disabled")
             return AttemptOutcome(Next.GAVE_UP, attempt=row["attempts"])
         counted = conn.execute(q.count_delivery_attempt, {"delivery_id": delivery_id, "now": now}).fetchone()
         assert counted is not None
@@ -141,17 +143,19 @@ def _finish(
     conn: Any,
     deps: AttemptDeps,
     row: dict[str, Any],
-    state: str,
+    state: DeliveryState,
     *,
     next_at: datetime | None = None,
     status: int | None = None,
     error: str | None = None,
 ) -> None:
+    # The row was read PENDING under lock_delivery; the attempt's outcome moves it on from there.
+    checked_transition(DeliveryState(row["state"]), state)
     conn.execute(
         deps.db.q.finish_delivery,
         {
             "delivery_id": row["delivery_id"],
-            "state": state,
+            "state": state.value,
             "next_attempt_at": next_at,
             "status": status,
             "error": error,
@@ -173,14 +177,14 @@ def _record(
     with deps.db.transaction() as conn:
         if result.delivered:
             conn.execute(q.endpoint_succeeded, {"endpoint_id": row["endpoint_id"]})
-            _finish(conn, deps, row, "DELIVERED", status=result.status)
+            _finish(conn, deps, row, DeliveryState.DELIVERED, status=result.status)
             outcome = AttemptOutcome(Next.DELIVERED, attempt=attempt, status=result.status)
         elif result.status == 410:
             reason = "the endpoint answered 410 Gone"
             conn.execute(
                 q.disable_endpoint, {"endpoint_id": row["endpoint_id"], "reason": reason, "now": now}
             )
-            _finish(conn, deps, row, "ENDPOINT_DISABLED", status=result.status, error=reason)
+            _finish(conn, deps, row, DeliveryState.ENDPOINT_DISABLED, status=result.status, error=reason)
             logger.warning("endpoint disabled: 410 Gone", extra=keys)
             deps.metrics.count(ENDPOINTS_DISABLED)
             outcome = AttemptOutcome(Next.GAVE_UP, attempt=attempt, status=410)
@@ -201,7 +205,7 @@ def _record(
                 conn.execute(
                     q.disable_endpoint, {"endpoint_id": row["endpoint_id"], "reason": reason, "now": now}
                 )
-                _finish(conn, deps, row, "ENDPOINT_DISABLED", status=result.status, error=error)
+                _finish(conn, deps, row, DeliveryState.ENDPOINT_DISABLED, status=result.status, error=error)
                 # The tenant is told through the alert topic and the endpoint's disabled_reason.
                 logger.error(
                     "ALERT: endpoint disabled after failing for days", extra=keys | {"alert": "disabled"}
@@ -209,7 +213,7 @@ def _record(
                 deps.metrics.count(ENDPOINTS_DISABLED)
                 outcome, delay = AttemptOutcome(Next.GAVE_UP, attempt=attempt, status=result.status), None
             elif delay is None:
-                _finish(conn, deps, row, "FAILED", status=result.status, error=error)
+                _finish(conn, deps, row, DeliveryState.FAILED, status=result.status, error=error)
                 logger.error(
                     "ALERT: delivery gave up after its last attempt", extra=keys | {"alert": "exhausted"}
                 )
@@ -220,7 +224,7 @@ def _record(
                     conn,
                     deps,
                     row,
-                    "PENDING",
+                    DeliveryState.PENDING,
                     next_at=now + timedelta(seconds=delay),
                     status=result.status,
                     error=error,

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from tollgate.core.clock import Clock
 from tollgate.core.errors import NotFound
 from tollgate.db import Database
+from tollgate.delivery.states import DeliveryState, checked_transition
 from tollgate.events import webhook_body
 from tollgate.outbox.relay import OutboxEvent
 
@@ -118,7 +119,8 @@ class WebhookDispatcher:
                 )
             rows = conn.execute(q.deliveries_for_event, {"event_id": event.event_id}).fetchall()
         # A republish after a crash finds the rows and (re)starts the same executions, which is a no-op.
-        return [(r["delivery_id"], r["replays"], r["restarts"]) for r in rows if r["state"] == "PENDING"]
+        pending = [r for r in rows if r["state"] == DeliveryState.PENDING]
+        return [(r["delivery_id"], r["replays"], r["restarts"]) for r in pending]
 
 
 class DeliveryAttemptView(BaseModel):
@@ -133,7 +135,7 @@ class DeliveryView(BaseModel):
     delivery_id: UUID
     event_id: UUID
     event_type: str
-    state: str
+    state: DeliveryState
     attempts: int
     replays: int
     next_attempt_at: datetime | None
@@ -182,6 +184,8 @@ class ReplayDeps:
 def replay_delivery(deps: ReplayDeps, tenant_id: UUID, endpoint_id: UUID, delivery_id: UUID) -> ReplayResult:
     """Sends one delivery again, with the same webhook-id; the receiver's deduplication sees a repeat."""
     db, clock, starter = deps.db, deps.clock, deps.starter
+    # reopen_delivery takes a delivery in any state: a replay sends even a delivered one again.
+    checked_transition(frozenset(DeliveryState), DeliveryState.PENDING)
     with db.transaction(tenant_id) as conn:
         rows = conn.execute(
             db.q.reopen_delivery,
@@ -202,6 +206,7 @@ def replay_failed_since(
 ) -> ReplayResult:
     """Sends again every delivery to this endpoint that gave up since ``since``."""
     db, clock, starter = deps.db, deps.clock, deps.starter
+    checked_transition(DeliveryState.FAILED, DeliveryState.PENDING)
     with db.transaction(tenant_id) as conn:
         if (
             conn.execute(db.q.get_endpoint, {"tenant_id": tenant_id, "endpoint_id": endpoint_id}).fetchone()

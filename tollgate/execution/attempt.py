@@ -30,7 +30,7 @@ from tollgate.core.checkpoints import AFTER_PROVIDER_RESPONSE
 from tollgate.core.clock import Clock, IdFactory
 from tollgate.core.documents import DocumentStore, DocumentStoreUnreachable, pages_from_canonical
 from tollgate.core.errors import DocumentUnavailable
-from tollgate.core.job_states import JobState
+from tollgate.core.job_states import JobState, checked_transition
 from tollgate.core.metrics import PROVIDER_CALLS, PROVIDER_THROTTLED, MetricsSink, RecordedMetrics
 from tollgate.core.observability import trace_keys
 from tollgate.core.retry import Jitter, RetryPolicy, next_attempt_at
@@ -428,6 +428,7 @@ def _finish(deps: ExecutionDeps, job: ClaimedJob, pages: tuple[str, ...], result
         report = validate_invoice(result.invoice, pages, _tenant_policy(deps, job))
     now = deps.clock.now()
     state, next_at, error = _decide(deps, job, result, report, now)
+    checked_transition(JobState.RUNNING, state)
     reasons = [r.as_dict() for r in report.reasons] if report else []
     params = _attempt_params(deps, job, result, result.outcome.value)
     with deps.db.transaction() as conn:

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from tollgate.core.clock import Clock
+from tollgate.core.job_states import JobState, checked_transition
 from tollgate.db import Database
 
 
@@ -36,6 +37,7 @@ def claim_next_job(
     db: Database, clock: Clock, *, worker_id: str, lease_seconds: float, tenant_cap: int
 ) -> ClaimedJob | None:
     now = clock.now()
+    checked_transition(frozenset({JobState.READY, JobState.RETRY_SCHEDULED}), JobState.RUNNING)
     with db.transaction() as conn:
         row = conn.execute(
             db.q.claim_next_job,
@@ -88,6 +90,7 @@ def extend_lease(db: Database, clock: Clock, job: ClaimedJob, lease_seconds: flo
 def release_job(db: Database, clock: Clock, job: ClaimedJob) -> bool:
     """Gives a claimed job back (shutdown): RETRY_SCHEDULED now, fence moved, attempt kept and closed."""
     now = clock.now()
+    checked_transition(JobState.RUNNING, JobState.RETRY_SCHEDULED)
     with db.transaction() as conn:
         released = conn.execute(
             db.q.release_job, {"job_id": job.job_id, "fence": job.fence, "now": now}

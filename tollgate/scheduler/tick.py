@@ -16,7 +16,17 @@ from aws_lambda_powertools import Logger
 from psycopg.types.json import Jsonb
 
 from tollgate.core.clock import Clock, IdFactory
-from tollgate.core.metrics import DELIVERIES_RESTARTED, MetricsSink
+from tollgate.core.job_states import JobState, checked_transition
+from tollgate.core.metrics import (
+    DELIVERIES_RESTARTED,
+    OLDEST_ELIGIBLE_JOB_AGE,
+    OLDEST_UNPUBLISHED_OUTBOX_AGE,
+    RUNNABLE_JOBS,
+    RUNNING_JOBS,
+    UNPUBLISHED_OUTBOX_EVENTS,
+    WAITING_RETRIES,
+    MetricsSink,
+)
 from tollgate.core.retry import Jitter, RetryPolicy, next_attempt_at
 from tollgate.db import Database
 from tollgate.db.database import Conn
@@ -64,6 +74,9 @@ def run_scheduler(deps: SchedulerDeps) -> SchedulerReport:
 
 def _fail(conn: Conn, deps: SchedulerDeps, *, job_id: UUID, fence: int, now: datetime, reason: str) -> bool:
     q = deps.db.q
+    checked_transition(
+        frozenset({JobState.READY, JobState.RUNNING, JobState.RETRY_SCHEDULED}), JobState.FAILED_TERMINAL
+    )
     failed = conn.execute(
         q.fail_job_terminally,
         {"job_id": job_id, "fence": fence, "now": now, "error": Jsonb({"reason": reason})},
@@ -106,6 +119,7 @@ def reap_expired_leases(deps: SchedulerDeps, report: SchedulerReport) -> None:
                 if _fail(conn, deps, job_id=job["job_id"], fence=job["fence"], now=now, reason=reason):
                     report.reaped_to_failed += 1
                 continue
+            checked_transition(JobState.RUNNING, JobState.RETRY_SCHEDULED)
             conn.execute(
                 q.reap_to_retry,
                 {
@@ -169,12 +183,12 @@ def publish_backlog_metrics(deps: SchedulerDeps, report: SchedulerReport) -> Non
     report.runnable = backlog["runnable"]
     report.oldest_eligible_age_seconds = _age(now, backlog["oldest_eligible"])
     report.oldest_unpublished_age_seconds = _age(now, outbox["oldest"])
-    deps.metrics.gauge("RunnableJobs", report.runnable)
-    deps.metrics.gauge("RunningJobs", backlog["running"])
-    deps.metrics.gauge("WaitingRetries", backlog["waiting"])
-    deps.metrics.gauge("OldestEligibleJobAge", report.oldest_eligible_age_seconds, "Seconds")
-    deps.metrics.gauge("OldestUnpublishedOutboxAge", report.oldest_unpublished_age_seconds, "Seconds")
-    deps.metrics.gauge("UnpublishedOutboxEvents", outbox["unpublished"])
+    deps.metrics.gauge(RUNNABLE_JOBS, report.runnable)
+    deps.metrics.gauge(RUNNING_JOBS, backlog["running"])
+    deps.metrics.gauge(WAITING_RETRIES, backlog["waiting"])
+    deps.metrics.gauge(OLDEST_ELIGIBLE_JOB_AGE, report.oldest_eligible_age_seconds, "Seconds")
+    deps.metrics.gauge(OLDEST_UNPUBLISHED_OUTBOX_AGE, report.oldest_unpublished_age_seconds, "Seconds")
+    deps.metrics.gauge(UNPUBLISHED_OUTBOX_EVENTS, outbox["unpublished"])
 
 
 def _age(now: datetime, since: datetime | None) -> float:

@@ -7,7 +7,7 @@ from typing import Any
 from tollgate.tenants.keys import ApiKeyResolver, bearer_token
 
 
-class Denied(Exception):
+class AccessDenied(Exception):
     """API Gateway answers 401 when an authorizer raises with the message "Unauthorized"."""
 
     def __init__(self) -> None:
@@ -20,7 +20,7 @@ def authorize_request(
     token = bearer_token(authorization_token)
     principal = resolver.resolve(token) if token else None
     if principal is None:
-        raise Denied
+        raise AccessDenied
     # Allow every method of this API and stage: API Gateway caches the policy per key, so a policy for
     # the one method called would deny the key's next, different call until the cache expires.
     arn_parts = method_arn.split(":", 5)

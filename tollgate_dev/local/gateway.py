@@ -26,7 +26,7 @@ from tollgate.api.app import create_app, handle
 from tollgate.api.deps import ApiDeps
 from tollgate.api.problems import DEPENDENCY_RETRY_AFTER_SECONDS, PROBLEM_CONTENT_TYPE, problem_body
 from tollgate.core.errors import DependencyUnavailable, PayloadTooLarge, TollgateError, Unauthorized
-from tollgate.tenants.authorizer import Denied
+from tollgate.tenants.authorizer import AccessDenied as Denied
 
 logger = Logger(service="tollgate-local", child=True)
 

@@ -1,5 +1,61 @@
--- Leasing and completing jobs (the worker, as tollgate_system). Every write after the claim is conditioned
--- on the fence the claim handed out: a worker that lost its lease changes nothing.
+-- extraction_jobs: a job's whole life, from the insert at acceptance through claim, lease and finish to the
+-- scheduler's reaping and deadline expiry. Tenant-facing queries (acceptance, the API) name their tenant
+-- explicitly, row-level security being the second wall; the worker and the scheduler run as
+-- tollgate_system across tenants, with time passed in as %(now)s so the rules are tested with a controlled
+-- clock. Every write after the claim is conditioned on the fence the claim handed out: a worker that lost
+-- its lease changes nothing.
+
+-- name: lock_tenant_acceptance
+-- Serializes acceptance per tenant, so the idempotency lookup, the admission counts and the inserts
+-- see one consistent picture. Other tenants are not blocked.
+SELECT pg_advisory_xact_lock(hashtextextended(%(tenant_id)s::text, 7314227))
+
+-- name: find_job_by_idempotency_key
+SELECT j.*, d.content_sha256, d.size_bytes, d.page_count
+FROM extraction_jobs j JOIN documents d USING (document_id)
+WHERE j.tenant_id = %(tenant_id)s AND j.idempotency_key = %(idempotency_key)s
+
+-- name: insert_job
+INSERT INTO extraction_jobs (
+    job_id, tenant_id, idempotency_key, request_hash, job_type, document_id, schema_version,
+    model_policy, options, metadata, priority, max_attempts, estimated_tokens, document_bytes,
+    deadline_at, trace_context)
+VALUES (
+    %(job_id)s, %(tenant_id)s, %(idempotency_key)s, %(request_hash)s, %(job_type)s, %(document_id)s,
+    %(schema_version)s, %(model_policy)s, %(options)s, %(metadata)s, %(priority)s, %(max_attempts)s,
+    %(estimated_tokens)s, %(document_bytes)s, %(deadline_at)s, %(trace_context)s)
+
+-- name: get_job
+SELECT j.*, d.content_sha256, d.size_bytes, d.page_count
+FROM extraction_jobs j JOIN documents d USING (document_id)
+WHERE j.tenant_id = %(tenant_id)s AND j.job_id = %(job_id)s
+
+-- name: list_jobs
+-- Newest first; the cursor is the (created_at, job_id) of the last row of the previous page.
+SELECT j.*, d.content_sha256, d.size_bytes, d.page_count
+FROM extraction_jobs j JOIN documents d USING (document_id)
+WHERE j.tenant_id = %(tenant_id)s
+  AND (%(state)s::text IS NULL OR j.state = %(state)s::text)
+  AND (%(after_created_at)s::timestamptz IS NULL
+       OR (j.created_at, j.job_id) < (%(after_created_at)s::timestamptz, %(after_job_id)s::uuid))
+ORDER BY j.created_at DESC, j.job_id DESC
+LIMIT %(limit)s
+
+-- name: cancel_job
+UPDATE extraction_jobs
+SET state = 'CANCELLED', state_version = state_version + 1, next_attempt_at = NULL,
+    finished_at = now(), updated_at = now()
+WHERE tenant_id = %(tenant_id)s AND job_id = %(job_id)s AND state IN ('READY', 'RETRY_SCHEDULED')
+RETURNING job_id
+
+-- name: peek_next_job
+-- The estimated tokens of the job claim_next_job would pick now (the same offers, the same order), without
+-- taking it: a slot sizes its budget permit by it before it claims. Nothing is locked, so the job claimed a
+-- moment later may be another one; the slot then resizes the permit to that job's estimate.
+SELECT o.estimated_tokens
+FROM job_offers(%(now)s, %(tenant_cap)s) o
+ORDER BY o.score, o.ready_at
+LIMIT 1
 
 -- name: claim_next_job
 -- The first of the fair offers (job_offers, migration 0009) that no other worker holds: SKIP LOCKED lets
@@ -22,34 +78,10 @@ WHERE j.job_id = picked.job_id
 RETURNING j.job_id, j.tenant_id, j.attempt, j.max_attempts, j.fence, j.deadline_at, j.document_id,
           j.model_policy, j.estimated_tokens, j.trace_context, j.state_version
 
--- name: peek_next_job
--- The estimated tokens of the job claim_next_job would pick now (the same offers, the same order), without
--- taking it: a slot sizes its budget permit by it before it claims. Nothing is locked, so the job claimed a
--- moment later may be another one; the slot then resizes the permit to that job's estimate.
-SELECT o.estimated_tokens
-FROM job_offers(%(now)s, %(tenant_cap)s) o
-ORDER BY o.score, o.ready_at
-LIMIT 1
-
--- name: insert_attempt
-INSERT INTO job_attempts (job_id, attempt, tenant_id, fence, worker_id, started_at)
-VALUES (%(job_id)s, %(attempt)s, %(tenant_id)s, %(fence)s, %(worker_id)s, %(now)s)
-
 -- name: extend_lease
 UPDATE extraction_jobs SET lease_until = %(lease_until)s
 WHERE job_id = %(job_id)s AND fence = %(fence)s AND state = 'RUNNING'
 RETURNING job_id
-
--- name: get_document_for_job
-SELECT d.s3_key, d.s3_version_id, d.page_count FROM documents d WHERE d.document_id = %(document_id)s
-
--- name: tenant_validation_policy
-SELECT t.allowed_currencies,
-       coalesce(array_agg(s.name) FILTER (WHERE s.name IS NOT NULL), '{}') AS supplier_names,
-       coalesce(array_agg(s.iban) FILTER (WHERE s.name IS NOT NULL), '{}') AS supplier_ibans
-FROM tenants t LEFT JOIN tenant_suppliers s ON s.tenant_id = t.tenant_id
-WHERE t.tenant_id = %(tenant_id)s
-GROUP BY t.allowed_currencies
 
 -- name: finish_running_job
 -- The one conditional write that ends an attempt: still RUNNING, still our fence, lease not yet run out.
@@ -59,22 +91,6 @@ SET state = %(state)s, lease_owner = NULL, lease_until = NULL, next_attempt_at =
     finished_at = %(finished_at)s
 WHERE job_id = %(job_id)s AND state = 'RUNNING' AND fence = %(fence)s AND lease_until > %(now)s
 RETURNING job_id, tenant_id, state_version, trace_context
-
--- name: record_attempt
-UPDATE job_attempts
-SET finished_at = %(now)s, outcome = %(outcome)s, model = %(model)s, input_tokens = %(input_tokens)s,
-    output_tokens = %(output_tokens)s, cost_usd = %(cost_usd)s, latency_ms = %(latency_ms)s,
-    provider_request_id = %(provider_request_id)s, error = %(error)s
-WHERE job_id = %(job_id)s AND attempt = %(attempt)s AND fence = %(fence)s
-
--- name: insert_result
-INSERT INTO extraction_results (job_id, tenant_id, attempt, policy_version, result, review_reasons)
-VALUES (%(job_id)s, %(tenant_id)s, %(attempt)s, %(policy_version)s, %(result)s, %(review_reasons)s)
-
--- name: insert_supplier
-INSERT INTO tenant_suppliers (supplier_id, tenant_id, name, normalized_name, iban)
-VALUES (%(supplier_id)s, %(tenant_id)s, %(name)s, %(normalized_name)s, %(iban)s)
-ON CONFLICT (tenant_id, normalized_name) DO UPDATE SET iban = EXCLUDED.iban, name = EXCLUDED.name
 
 -- name: release_job
 -- A worker shutting down hands back what it cannot finish: runnable again at once, under a new fence.
@@ -87,3 +103,36 @@ SET state = 'RETRY_SCHEDULED', fence = fence + 1, lease_owner = NULL, lease_unti
     last_error = '{"reason": "released_on_shutdown"}'::jsonb
 WHERE job_id = %(job_id)s AND fence = %(fence)s AND state = 'RUNNING'
 RETURNING job_id
+
+-- name: lock_expired_leases
+SELECT job_id, tenant_id, attempt, max_attempts, fence, deadline_at, state_version
+FROM extraction_jobs
+WHERE state = 'RUNNING' AND lease_until <= %(now)s
+ORDER BY lease_until
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- name: reap_to_retry
+-- The attempt counter is kept as it is: a restart never gives a job its attempts back.
+UPDATE extraction_jobs
+SET state = 'RETRY_SCHEDULED', fence = fence + 1, lease_owner = NULL, lease_until = NULL,
+    next_attempt_at = %(next_attempt_at)s, state_version = state_version + 1, updated_at = %(now)s,
+    last_error = %(error)s
+WHERE job_id = %(job_id)s AND state = 'RUNNING' AND fence = %(fence)s
+
+-- name: lock_past_deadline
+SELECT job_id, tenant_id, fence
+FROM extraction_jobs
+WHERE state IN ('READY', 'RETRY_SCHEDULED') AND deadline_at <= %(now)s
+ORDER BY deadline_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- name: fail_job_terminally
+-- From RUNNING (lease expired), READY or RETRY_SCHEDULED (deadline passed): the end, with a reason.
+UPDATE extraction_jobs
+SET state = 'FAILED_TERMINAL', fence = fence + 1, lease_owner = NULL, lease_until = NULL,
+    next_attempt_at = NULL, state_version = state_version + 1, updated_at = %(now)s,
+    finished_at = %(now)s, last_error = %(error)s
+WHERE job_id = %(job_id)s AND state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED') AND fence = %(fence)s
+RETURNING job_id, tenant_id, state_version, attempt

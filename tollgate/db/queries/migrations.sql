@@ -1,3 +1,6 @@
+-- schema_migrations: the migration runner's record of applied files, and the advisory lock that lets
+-- only one runner apply them at a time.
+
 -- name: migrations_lock
 SELECT pg_advisory_lock(%(lock_id)s)
 

@@ -1,5 +1,11 @@
--- The outbox relay's queries. Work is found by "not yet published", never by an id cursor: transactions
--- commit out of id order, and a cursor would step over a row that committed late.
+-- outbox_events: every event a state change produces, inserted in the same transaction as the change by
+-- each producer (acceptance, the worker, the scheduler, support), then claimed and marked by the relay.
+-- Work is found by "not yet published", never by an id cursor: transactions commit out of id order, and a
+-- cursor would step over a row that committed late.
+
+-- name: insert_outbox_event
+INSERT INTO outbox_events (event_id, tenant_id, aggregate_id, event_type, payload, trace_context)
+VALUES (%(event_id)s, %(tenant_id)s, %(aggregate_id)s, %(event_type)s, %(payload)s, %(trace_context)s)
 
 -- name: claim_outbox_batch
 -- A short transaction of its own: the claim lease keeps a second relay off these rows while the first
@@ -28,7 +34,3 @@ WHERE event_id = ANY(%(event_ids)s) AND published_at IS NULL
 UPDATE outbox_events
 SET claimed_until = NULL, last_error = %(error)s
 WHERE event_id = %(event_id)s AND published_at IS NULL
-
--- name: oldest_unpublished_outbox
-SELECT min(created_at) AS oldest, count(*) AS unpublished
-FROM outbox_events WHERE published_at IS NULL

@@ -1,5 +1,5 @@
--- name: resolve_api_key
-SELECT tenant_id, key_id FROM resolve_api_key(%(key_hash)s)
+-- tenants, api_keys and tenant_suppliers: who a tenant is, the keys it calls with, and the limits and
+-- master data its jobs are admitted and validated against.
 
 -- name: insert_tenant
 INSERT INTO tenants (tenant_id, name, allowed_currencies)
@@ -7,9 +7,29 @@ VALUES (%(tenant_id)s, %(name)s, coalesce(%(allowed_currencies)s::text[], ARRAY[
 ON CONFLICT (name) DO NOTHING
 RETURNING tenant_id
 
+-- name: find_tenant_by_name
+SELECT tenant_id, name FROM tenants WHERE name = %(name)s
+
+-- name: tenant_admission_limits
+SELECT max_pending_jobs, max_pending_bytes, max_pending_tokens
+FROM tenants WHERE tenant_id = %(tenant_id)s
+
+-- name: tenant_validation_policy
+SELECT t.allowed_currencies,
+       coalesce(array_agg(s.name) FILTER (WHERE s.name IS NOT NULL), '{}') AS supplier_names,
+       coalesce(array_agg(s.iban) FILTER (WHERE s.name IS NOT NULL), '{}') AS supplier_ibans
+FROM tenants t LEFT JOIN tenant_suppliers s ON s.tenant_id = t.tenant_id
+WHERE t.tenant_id = %(tenant_id)s
+GROUP BY t.allowed_currencies
+
 -- name: insert_api_key
 INSERT INTO api_keys (key_id, tenant_id, key_hash, key_prefix)
 VALUES (%(key_id)s, %(tenant_id)s, %(key_hash)s, %(key_prefix)s)
 
--- name: find_tenant_by_name
-SELECT tenant_id, name FROM tenants WHERE name = %(name)s
+-- name: resolve_api_key
+SELECT tenant_id, key_id FROM resolve_api_key(%(key_hash)s)
+
+-- name: insert_supplier
+INSERT INTO tenant_suppliers (supplier_id, tenant_id, name, normalized_name, iban)
+VALUES (%(supplier_id)s, %(tenant_id)s, %(name)s, %(normalized_name)s, %(iban)s)
+ON CONFLICT (tenant_id, normalized_name) DO UPDATE SET iban = EXCLUDED.iban, name = EXCLUDED.name

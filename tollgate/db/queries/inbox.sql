@@ -1,3 +1,6 @@
+-- execution_inbox and inbox_quarantine: the worker's record of every requested event it took in, unique on
+-- event_id, and the redeliveries whose body did not match the first one.
+
 -- name: insert_inbox_event
 INSERT INTO execution_inbox (event_id, tenant_id, job_id, event_type, payload_sha256, message_id, received_at)
 VALUES (%(event_id)s, %(tenant_id)s, %(job_id)s, %(event_type)s, %(payload_sha256)s, %(message_id)s,

@@ -1,0 +1,18 @@
+-- job_attempts: one row per claim of a job, opened by the claim and closed by the outcome, the reaper or a
+-- release. Keyed by (job_id, attempt) and written under the claim's fence, like the job itself.
+
+-- name: insert_attempt
+INSERT INTO job_attempts (job_id, attempt, tenant_id, fence, worker_id, started_at)
+VALUES (%(job_id)s, %(attempt)s, %(tenant_id)s, %(fence)s, %(worker_id)s, %(now)s)
+
+-- name: record_attempt
+UPDATE job_attempts
+SET finished_at = %(now)s, outcome = %(outcome)s, model = %(model)s, input_tokens = %(input_tokens)s,
+    output_tokens = %(output_tokens)s, cost_usd = %(cost_usd)s, latency_ms = %(latency_ms)s,
+    provider_request_id = %(provider_request_id)s, error = %(error)s
+WHERE job_id = %(job_id)s AND attempt = %(attempt)s AND fence = %(fence)s
+
+-- name: close_open_attempt
+UPDATE job_attempts
+SET finished_at = %(now)s, outcome = %(outcome)s
+WHERE job_id = %(job_id)s AND fence = %(fence)s AND finished_at IS NULL
