@@ -17,9 +17,9 @@ from tests.integration.test_execution import TEXT, ScriptedLlm, claim, extractio
 from tests.integration.test_support import audit, exhaust
 from tests.support import invoice_request, job_row
 from tollgate.cli.main import app
-from tollgate.cli.support import LOCAL_AWS_KEY, LOCAL_AWS_REGION, LOCAL_AWS_SECRET
 from tollgate.core.clock import new_id
 from tollgate.execution.attempt import AttemptEnd, run_attempt
+from tollgate.support.configuration import LOCAL_AWS_KEY, LOCAL_AWS_REGION, LOCAL_AWS_SECRET
 from tollgate.tenants.suppliers import add_supplier
 from tollgate_dev.local.aws import FAKE_AWS_ENV, create_jobs_queues
 

@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb
 from pydantic import BaseModel, ValidationError
 
 from tollgate.core.clock import Clock, IdFactory
-from tollgate.core.errors import InvalidRequest, InvalidState, NotFound, TollgateError
+from tollgate.core.errors import InvalidRequest, InvalidState, NotFound
 from tollgate.core.job_states import JobState
 from tollgate.db import Database
 from tollgate.delivery.deliveries import (
@@ -33,6 +33,7 @@ from tollgate.delivery.deliveries import (
 )
 from tollgate.events import ExtractionRequested, UnknownEventType, outbox_row
 from tollgate.outbox.relay import OutboxEvent
+from tollgate.support.configuration import NotConfigured
 from tollgate.tenants.suppliers import find_tenant
 
 if TYPE_CHECKING:
@@ -47,12 +48,6 @@ class Decision(StrEnum):
     RESET_AND_REDRIVE = "reset_and_redrive"  # give the job a new attempt budget, then signal it
     DISCARD = "discard"  # the job finished: the message carries nothing left to do
     LEAVE = "leave"  # a person must look: stays in the DLQ
-
-
-class NotConfigured(TollgateError):
-    problem_type = "not-configured"
-    status = 503
-    title = "This command needs a setting that is not there"
 
 
 @dataclass(frozen=True)
