@@ -263,14 +263,10 @@ def dlq_list(
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
     """Dead letters with their jobs' current state and what a redrive would do."""
-    from tollgate.support.service import decide, receive_dead_letters, release
+    from tollgate.support.service import list_dead_letters
 
     with _support(data_dir, queues=True) as deps:
-        letters = receive_dead_letters(deps, limit)
-        try:
-            items = [decide(deps, letter, include_failed=False) for letter in letters]
-        finally:
-            release(deps, letters)
+        items = list_dead_letters(deps, limit)
     if output is Output.JSON:
         _json([_dead_letter(i) for i in items])
         return
@@ -296,17 +292,10 @@ def dlq_show(
     message_id: str, output: OutputOption = Output.TABLE, data_dir: DataDir = DEFAULT_DATA_DIR
 ) -> None:
     """One dead letter's body and its job's reconciliation."""
-    from tollgate.support.service import decide, receive_dead_letters, release
+    from tollgate.support.service import show_dead_letter
 
     with _support(data_dir, queues=True) as deps:
-        letters = receive_dead_letters(deps, 500)
-        try:
-            found = [letter for letter in letters if letter.message_id == message_id]
-            if not found:
-                _fail(f"no dead letter {message_id}")
-            item = decide(deps, found[0], include_failed=False)
-        finally:
-            release(deps, letters)
+        item = show_dead_letter(deps, message_id)
     letter = item.letter
     body: Any = json.loads(letter.body) if letter.event else {"unparseable_body": letter.body}
     if output is Output.JSON:
