@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import random
 import time
 from datetime import timedelta
@@ -49,6 +50,7 @@ from tollgate.settings import (
     WebhookAttemptSettings,
     WorkerSettings,
 )
+from tollgate.support.configuration import AwsEndpoint
 from tollgate.support.service import SupportDeps
 from tollgate.tenants.keys import ApiKeyResolver
 
@@ -235,27 +237,31 @@ def build_ingress(settings: WorkerSettings, db: Database | None = None) -> Ingre
 
 
 def build_support(
-    settings: SupportDatabaseSettings,
-    actor: str,
-    *,
-    aws: boto3.session.Session | None = None,
-    aws_endpoint_url: str | None = None,
+    settings: SupportDatabaseSettings, actor: str | None = None, *, aws: AwsEndpoint | None = None
 ) -> SupportDeps:
     """The support CLI's dependencies. With plain ``SupportDatabaseSettings`` there are no queue clients, so
-    commands that only use the database need nothing else. ``aws`` and ``aws_endpoint_url`` point the clients
-    somewhere other than the default chain (the local system's moto) without touching the environment."""
-    session = aws or boto3.session.Session()
+    commands that only use the database need nothing else. ``aws`` points the clients somewhere other than
+    the default chain (the local system's moto) without touching the environment. The actor defaults to the
+    login name."""
+    session = (
+        boto3.session.Session(
+            aws_access_key_id=aws.access_key_id,
+            aws_secret_access_key=aws.secret_access_key,
+            region_name=aws.region,
+        )
+        if aws
+        else boto3.session.Session()
+    )
+    endpoint_url = aws.url if aws else None
     # Clients first: one that cannot be made (no region, say) then leaves no database pool behind.
     sqs: SQSClient | None = None
     queue_url = dlq_url = ""
     if isinstance(settings, SupportSettings):
-        sqs = session.client("sqs", endpoint_url=aws_endpoint_url)
+        sqs = session.client("sqs", endpoint_url=endpoint_url)
         queue_url, dlq_url = settings.jobs_queue_url, settings.jobs_dlq_url
     arn = settings.webhook_state_machine_arn
     starter = (
-        StepFunctionsStarter(session.client("stepfunctions", endpoint_url=aws_endpoint_url), arn)
-        if arn
-        else None
+        StepFunctionsStarter(session.client("stepfunctions", endpoint_url=endpoint_url), arn) if arn else None
     )
     db = build_database(settings, pool_name="support")
     clock = SystemClock()
@@ -265,7 +271,7 @@ def build_support(
         clock=clock,
         new_id=new_id,
         sleep=time.sleep,
-        actor=actor,
+        actor=actor or getpass.getuser(),
         sqs=sqs,
         queue_url=queue_url,
         dlq_url=dlq_url,

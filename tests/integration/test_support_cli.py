@@ -4,10 +4,12 @@ commands that need only the database, and a process environment left as it was."
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import os
 import secrets
+from pathlib import Path
 
 import boto3
 import pytest
@@ -16,10 +18,11 @@ from typer.testing import CliRunner
 from tests.integration.test_execution import TEXT, ScriptedLlm, claim, extraction, make_deps, ok
 from tests.integration.test_support import audit, exhaust
 from tests.support import invoice_request, job_row
+from tollgate.cli import support as support_cli
 from tollgate.cli.main import app
-from tollgate.cli.support import LOCAL_AWS_KEY, LOCAL_AWS_REGION, LOCAL_AWS_SECRET
 from tollgate.core.clock import new_id
 from tollgate.execution.attempt import AttemptEnd, run_attempt
+from tollgate.support.configuration import LOCAL_AWS_KEY, LOCAL_AWS_REGION, LOCAL_AWS_SECRET
 from tollgate.tenants.suppliers import add_supplier
 from tollgate_dev.local.aws import FAKE_AWS_ENV, create_jobs_queues
 
@@ -306,3 +309,23 @@ def _into_dlq(system_db, sqs, queues):
         sqs.receive_message(QueueUrl=queues.url, MaxNumberOfMessages=10, VisibilityTimeout=0)
     depth = sqs.get_queue_attributes(QueueUrl=queues.dlq_url, AttributeNames=["ApproximateNumberOfMessages"])
     assert int(depth["Attributes"]["ApproximateNumberOfMessages"]) == 1
+
+
+def test_the_commands_take_clients_and_settings_from_wiring_not_from_boto3_or_the_environment():
+    """Like every entrypoint: the CLI module parses, calls and prints; wiring makes the clients."""
+    source = Path(support_cli.__file__).read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    imported = {
+        name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for name in (
+            [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        )
+    }
+    assert not imported & {"boto3", "os", "getpass"}, imported
+    names = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)} | {
+        node.id for node in ast.walk(tree) if isinstance(node, ast.Name)
+    }
+    used = names & {"environ", "getenv", "Session", "client"}
+    assert not used, f"the CLI reaches for the environment or makes clients itself: {used}"

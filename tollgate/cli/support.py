@@ -1,24 +1,24 @@
 """``tollgate jobs``, ``tollgate dlq`` and ``tollgate deliveries``: support commands for people and scripts.
 
 They run against AWS (the default credential chain, settings from the environment) or against a running
-``tollgate local up``, found through the file it writes in its data folder. Either way the settings and
-clients are built from those values explicitly: the process environment is read, never changed.
+``tollgate local up``, found through the file it writes in its data folder. Each command parses its options,
+gets its dependencies from wiring, calls one support use case and prints what it returns; the use cases
+write the audit trail.
 """
 
 from __future__ import annotations
 
-import getpass
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 from uuid import UUID
 
 import typer
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -28,20 +28,13 @@ from tollgate.core.job_states import JobState
 from tollgate.settings import SupportDatabaseSettings, SupportSettings
 
 if TYPE_CHECKING:
-    import boto3
-
     from tollgate.support.service import JobDetail, RedriveItem, SupportDeps
 
 jobs_app = typer.Typer(help="Inspect jobs; retry ones that failed.", no_args_is_help=True)
 dlq_app = typer.Typer(help="Inspect and redrive the jobs queue's dead letters.", no_args_is_help=True)
 deliveries_app = typer.Typer(help="Inspect and replay webhook deliveries.", no_args_is_help=True)
 
-DISCOVERY_FILE = "local.json"  # written by `tollgate local up` into its data folder while it runs
-# The local system's moto takes any credentials; these placeholders (the ones `local up` itself uses)
-# mean real ones are never sent to it. Its queues live in this region.
-LOCAL_AWS_KEY, LOCAL_AWS_SECRET, LOCAL_AWS_REGION = "testing", "testing", "eu-west-1"
 DEFAULT_DATA_DIR = Path(".tollgate")
-S = TypeVar("S", bound=SupportDatabaseSettings)
 
 
 class Output(StrEnum):
@@ -80,64 +73,24 @@ def _fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _missing(error: ValidationError) -> str:
-    problems = []
-    for item in error.errors():
-        name = ".".join(str(part) for part in item["loc"]).upper()
-        message = item["msg"].removeprefix("Value error, ")
-        if item["type"] == "missing":
-            problems.append(f"{name} is not set")
-        else:
-            problems.append(f"{name}: {message}" if name else message)
-    return "; ".join(problems)
-
-
-def _settings(model: type[S], data_dir: Path) -> tuple[S, boto3.session.Session | None, str | None]:
-    """The settings a command needs, and how to reach AWS: a session and endpoint, or (None, None) for the
-    default chain.
-
-    The environment wins when it has everything the command needs; otherwise a running ``local up``
-    supplies the values (its database, queues, dispatcher and moto endpoint)."""
-    try:
-        return model(), None, None
-    except ValidationError as error:
-        from_environment = error
-    path = data_dir.resolve() / DISCOVERY_FILE
-    try:
-        facts = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        _fail(f"{_missing(from_environment)}: set it in the environment, or start `tollgate local up` first")
-    except (OSError, ValueError) as error:
-        _fail(f"cannot read {path}: {error}")
-    try:
-        settings = model(
-            database_url=facts.get("database_url"),
-            jobs_queue_url=facts.get("jobs_queue_url"),
-            jobs_dlq_url=facts.get("jobs_dlq_url"),
-            webhook_state_machine_arn=facts.get("webhook_state_machine_arn"),
-        )
-    except ValidationError as error:
-        _fail(f"{path} does not say enough: {_missing(error)}")
-    import boto3
-
-    session = boto3.session.Session(
-        aws_access_key_id=LOCAL_AWS_KEY, aws_secret_access_key=LOCAL_AWS_SECRET, region_name=LOCAL_AWS_REGION
-    )
-    return settings, session, facts.get("aws_endpoint_url")
-
-
 @contextmanager
 def _support(data_dir: Path, *, queues: bool = False, actor: str | None = None) -> Iterator[SupportDeps]:
-    """The command's dependencies for its duration; a domain error becomes a message and exit code 2."""
+    """The command's dependencies for its duration, built by wiring from settings taken from the environment
+    or the local system's discovery file; a domain error becomes a message and exit code 2."""
     import psycopg
     from botocore.exceptions import BotoCoreError, ClientError
     from psycopg_pool import PoolTimeout
 
+    from tollgate.support.configuration import load_support_settings
     from tollgate.wiring import build_support
 
-    settings, session, endpoint = _settings(SupportSettings if queues else SupportDatabaseSettings, data_dir)
     try:
-        deps = build_support(settings, actor or getpass.getuser(), aws=session, aws_endpoint_url=endpoint)
+        model = SupportSettings if queues else SupportDatabaseSettings
+        settings, aws = load_support_settings(model, data_dir)
+    except TollgateError as error:
+        _fail(error.detail)
+    try:
+        deps = build_support(settings, actor, aws=aws)
     except BotoCoreError as error:
         _fail(f"cannot set up the AWS clients: {error}", code=1)
     try:
@@ -310,14 +263,10 @@ def dlq_list(
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
     """Dead letters with their jobs' current state and what a redrive would do."""
-    from tollgate.support.service import decide, receive_dead_letters, release
+    from tollgate.support.service import list_dead_letters
 
     with _support(data_dir, queues=True) as deps:
-        letters = receive_dead_letters(deps, limit)
-        try:
-            items = [decide(deps, letter, include_failed=False) for letter in letters]
-        finally:
-            release(deps, letters)
+        items = list_dead_letters(deps, limit)
     if output is Output.JSON:
         _json([_dead_letter(i) for i in items])
         return
@@ -343,17 +292,10 @@ def dlq_show(
     message_id: str, output: OutputOption = Output.TABLE, data_dir: DataDir = DEFAULT_DATA_DIR
 ) -> None:
     """One dead letter's body and its job's reconciliation."""
-    from tollgate.support.service import decide, receive_dead_letters, release
+    from tollgate.support.service import show_dead_letter
 
     with _support(data_dir, queues=True) as deps:
-        letters = receive_dead_letters(deps, 500)
-        try:
-            found = [letter for letter in letters if letter.message_id == message_id]
-            if not found:
-                _fail(f"no dead letter {message_id}")
-            item = decide(deps, found[0], include_failed=False)
-        finally:
-            release(deps, letters)
+        item = show_dead_letter(deps, message_id)
     letter = item.letter
     body: Any = json.loads(letter.body) if letter.event else {"unparseable_body": letter.body}
     if output is Output.JSON:

@@ -1,9 +1,12 @@
-"""Support staff's tools: reconcile and redrive dead letters, retry exhausted jobs, with an audit trail.
+"""Support staff's tools: reconcile and redrive dead letters, retry exhausted jobs, replay deliveries, each
+with an audit row that commits or rolls back together with the action it records.
 
 The database is the authority. A dead letter is redriven only after its job's state says what to do:
 a job still waiting is signalled again, a job that ran out of attempts (or of time) gets a new budget
 first, a running job is left to its lease, and a finished job is never touched (its stale message is
-removed from the DLQ, and the audit row says why). Every action writes an audit row: who, why, what, when.
+removed from the DLQ, and the audit row says why). Every action writes an audit row (who, why, what, when)
+in the transaction of its database change; what an action does outside the database (an SQS send or
+delete, a Step Functions start) happens after that commit, in an order each use case explains.
 """
 
 from __future__ import annotations
@@ -21,25 +24,30 @@ from psycopg.types.json import Jsonb
 from pydantic import BaseModel, ValidationError
 
 from tollgate.core.clock import Clock, IdFactory
-from tollgate.core.errors import InvalidRequest, InvalidState, NotFound, TollgateError
+from tollgate.core.errors import InvalidRequest, InvalidState, NotFound
 from tollgate.core.job_states import JobState
 from tollgate.db import Database
 from tollgate.delivery.deliveries import (
     DeliveryList,
     ReplayDeps,
     ReplayResult,
+    execution_name,
     list_deliveries,
-    replay_delivery,
 )
 from tollgate.events import ExtractionRequested, UnknownEventType, outbox_row
 from tollgate.outbox.relay import OutboxEvent
+from tollgate.support.configuration import NotConfigured
 from tollgate.tenants.suppliers import find_tenant
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
+    from tollgate.db.database import Conn
+
 # Terminal failures that a new budget can cure; others (a refusal, a lost document) need --include-failed.
 EXHAUSTED_REASONS = frozenset({"attempts_exhausted", "deadline_exceeded"})
+# The audit table's own limits (CHECK constraints, migration 0006): refused here with a clear message.
+REASON_MIN, REASON_MAX, ACTOR_MAX = 3, 1000, 200
 
 
 class Decision(StrEnum):
@@ -47,12 +55,6 @@ class Decision(StrEnum):
     RESET_AND_REDRIVE = "reset_and_redrive"  # give the job a new attempt budget, then signal it
     DISCARD = "discard"  # the job finished: the message carries nothing left to do
     LEAVE = "leave"  # a person must look: stays in the DLQ
-
-
-class NotConfigured(TollgateError):
-    problem_type = "not-configured"
-    status = 503
-    title = "This command needs a setting that is not there"
 
 
 @dataclass(frozen=True)
@@ -164,11 +166,10 @@ def release(deps: SupportDeps, letters: list[DeadLetter]) -> None:
         )
 
 
-def decide(deps: SupportDeps, letter: DeadLetter, include_failed: bool) -> RedriveItem:
-    if letter.event is None or letter.job_id is None:
-        return RedriveItem(letter, Decision.LEAVE, letter.problem or "the event names no job")
-    with deps.db.transaction() as conn:
-        job = conn.execute(deps.db.q.support_get_job, {"job_id": letter.job_id}).fetchone()
+def _judge(
+    letter: DeadLetter, job: dict[str, Any] | None, include_failed: bool, extra_attempts: int
+) -> RedriveItem:
+    """What a redrive does with this letter, given its job as the database has it now."""
     if job is None:
         return RedriveItem(letter, Decision.LEAVE, f"no job {letter.job_id} in the database")
     state = JobState(job["state"])
@@ -180,7 +181,7 @@ def decide(deps: SupportDeps, letter: DeadLetter, include_failed: bool) -> Redri
     if state is JobState.RUNNING:
         return RedriveItem(letter, Decision.LEAVE, "the job is RUNNING: its lease decides", state.value)
     if state is JobState.FAILED_TERMINAL and (reason in EXHAUSTED_REASONS or include_failed):
-        why = f"the job failed ({reason}): a new budget of {deps.extra_attempts} attempts, then redrive"
+        why = f"the job failed ({reason}): a new budget of {extra_attempts} attempts, then redrive"
         return RedriveItem(letter, Decision.RESET_AND_REDRIVE, why, state.value)
     if state is JobState.FAILED_TERMINAL:
         why = f"the job failed for a reason a retry will not cure ({reason}); use --include-failed to retry"
@@ -190,14 +191,50 @@ def decide(deps: SupportDeps, letter: DeadLetter, include_failed: bool) -> Redri
     )
 
 
-def _require_reason(reason: str) -> None:
-    if len(reason.strip()) < 3:
+def decide(deps: SupportDeps, letter: DeadLetter, include_failed: bool) -> RedriveItem:
+    """What a redrive would do with this letter now (a look: nothing is locked or changed)."""
+    if letter.event is None or letter.job_id is None:
+        return RedriveItem(letter, Decision.LEAVE, letter.problem or "the event names no job")
+    with deps.db.transaction() as conn:
+        job = conn.execute(deps.db.q.support_get_job, {"job_id": letter.job_id}).fetchone()
+    return _judge(letter, job, include_failed, deps.extra_attempts)
+
+
+def list_dead_letters(deps: SupportDeps, limit: int) -> list[RedriveItem]:
+    """Dead letters with their jobs' current state and what a redrive would do; changes nothing."""
+    letters = receive_dead_letters(deps, limit)
+    try:
+        return [decide(deps, letter, include_failed=False) for letter in letters]
+    finally:
+        release(deps, letters)
+
+
+def show_dead_letter(deps: SupportDeps, message_id: str) -> RedriveItem:
+    """One dead letter and its job's reconciliation; changes nothing."""
+    letters = receive_dead_letters(deps, 500)
+    try:
+        for letter in letters:
+            if letter.message_id == message_id:
+                return decide(deps, letter, include_failed=False)
+    finally:
+        release(deps, letters)
+    raise NotFound(f"no dead letter {message_id}")
+
+
+def _require_audit(deps: SupportDeps, reason: str) -> None:
+    """Checked before anything is looked at: a clear message rather than the audit table's CHECK error."""
+    if len(reason.strip()) < REASON_MIN:
         raise InvalidRequest("say why (--reason): it goes into the audit trail")
+    if len(reason) > REASON_MAX:
+        raise InvalidRequest(f"say why in at most {REASON_MAX} characters")
+    if not 1 <= len(deps.actor) <= ACTOR_MAX:
+        raise InvalidRequest(f"who acts (--actor) must be 1 to {ACTOR_MAX} characters")
 
 
 def _audit(
-    conn: Any, deps: SupportDeps, reason: str, *, action: str, target: str, outcome: str, details: Any
+    conn: Conn, deps: SupportDeps, reason: str, *, action: str, target: str, outcome: str, details: Any
 ) -> int:
+    """One audit row, in the caller's transaction: it commits or rolls back with the action it records."""
     row = conn.execute(
         deps.db.q.insert_audit,
         {
@@ -233,41 +270,61 @@ def redrive_dead_letters(
     include_failed: bool = False,
     limit: int = 100,
 ) -> RedriveReport:
-    _require_reason(reason)
+    """Reconciles each dead letter with its job, then redrives, resets and redrives, discards or leaves it.
+
+    Each letter's decision is made again under a lock on its job when it is acted on: the look that plans it
+    can be seconds old by then (pacing), and a job that started running or finished meanwhile must not be
+    signalled or reset on the strength of that look."""
+    _require_audit(deps, reason)
     if max_per_second <= 0:
         raise InvalidRequest("--max-per-second must be positive")
     letters = receive_dead_letters(deps, limit)
     report = RedriveReport(dry_run=dry_run)
-    for index, letter in enumerate(letters):
-        item = decide(deps, letter, include_failed)
-        report.items.append(item)
-        if dry_run or item.decision is Decision.LEAVE:
-            continue
-        if index:
-            deps.sleep(1.0 / max_per_second)  # redriving must not itself become a stampede
-        _apply(deps, item, reason)
-    release(deps, [i.letter for i in report.items if not i.done])
+    acted = False
+    try:
+        for letter in letters:
+            planned = decide(deps, letter, include_failed)
+            if dry_run or planned.decision is Decision.LEAVE:
+                report.items.append(planned)
+                continue
+            if acted:
+                deps.sleep(1.0 / max_per_second)  # redriving must not itself become a stampede
+            report.items.append(_redrive(deps, letter, include_failed, reason))
+            acted = True
+    finally:
+        # Whatever was not finished (left, planned only, or not reached after an error) is visible again at
+        # once for the next look, rather than after the hold.
+        done = {item.letter.message_id for item in report.items if item.done}
+        release(deps, [letter for letter in letters if letter.message_id not in done])
     return report
 
 
-def _apply(deps: SupportDeps, item: RedriveItem, reason: str) -> None:
-    letter = item.letter
+def _redrive(deps: SupportDeps, letter: DeadLetter, include_failed: bool, reason: str) -> RedriveItem:
+    """One dead letter: decision, job reset and audit row in one transaction, then the SQS side.
+
+    Order, and why each crash point is harmless:
+    1. The transaction (job locked, decided again, reset when needed, audit row) commits first. A failure
+       inside it rolls back both the reset and the audit row, and the letter stays in the DLQ.
+    2. Then the resend to the jobs queue. If it fails or we crash before it, the job is already READY with
+       its audit row: workers claim it from the database without any message, and the letter (not deleted)
+       shows up again, where the next redrive finds the job READY and signals it once more.
+    3. Then the letter is deleted from the DLQ. A crash before that leaves it there; the next redrive
+       decides again from the job's state (running or finished by then: left or discarded), and a second
+       copy of the message for the same event is absorbed by the worker's inbox (unique event id).
+    No transaction is held across an SQS call."""
     assert letter.event is not None
     assert letter.job_id is not None
-    details = {"message_id": letter.message_id, "event_id": str(letter.event.event_id), "why": item.why}
+    q = deps.db.q
     with deps.db.transaction() as conn:
+        job = conn.execute(q.support_lock_job, {"job_id": letter.job_id}).fetchone()
+        item = _judge(letter, job, include_failed, deps.extra_attempts)
+        if item.decision is Decision.LEAVE:
+            return item
         if item.decision is Decision.RESET_AND_REDRIVE:
-            reset = conn.execute(
-                deps.db.q.reset_failed_job,
-                {
-                    "job_id": letter.job_id,
-                    "extra_attempts": deps.extra_attempts,
-                    "deadline_seconds": deps.deadline_seconds,
-                    "now": deps.clock.now(),
-                },
-            ).fetchone()
-            if reset is None:  # the job moved since we looked: look again next time
-                return
+            reset = conn.execute(q.reset_failed_job, _reset_params(deps, letter.job_id)).fetchone()
+            if reset is None:  # cannot happen under the lock; never audit a reset that did not happen
+                raise InvalidState(f"job {letter.job_id} did not reset")
+        details = {"message_id": letter.message_id, "event_id": str(letter.event.event_id), "why": item.why}
         item.audit_id = _audit(
             conn,
             deps,
@@ -281,32 +338,36 @@ def _apply(deps: SupportDeps, item: RedriveItem, reason: str) -> None:
         _resend(deps, letter, item.audit_id)
     deps.queues().delete_message(QueueUrl=deps.dlq_url, ReceiptHandle=letter.receipt_handle)
     item.done = True
+    return item
+
+
+def _reset_params(deps: SupportDeps, job_id: UUID) -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "extra_attempts": deps.extra_attempts,
+        "deadline_seconds": deps.deadline_seconds,
+        "now": deps.clock.now(),
+    }
 
 
 def retry_job(deps: SupportDeps, job_id: UUID, reason: str) -> int:
-    """Gives a terminally failed job a new attempt budget and signals the workers; returns the audit id."""
-    _require_reason(reason)
+    """Gives a terminally failed job a new attempt budget and signals the workers; returns the audit id.
+
+    Everything happens in one transaction: the reset, the requested event in the outbox (the relay sends
+    it after the commit, so there is no external call here) and the audit row."""
+    _require_audit(deps, reason)
+    q = deps.db.q
     with deps.db.transaction() as conn:
-        job = conn.execute(deps.db.q.support_get_job, {"job_id": job_id}).fetchone()
+        job = conn.execute(q.support_lock_job, {"job_id": job_id}).fetchone()
         if job is None:
             raise NotFound(f"no job {job_id}")
-        reset = conn.execute(
-            deps.db.q.reset_failed_job,
-            {
-                "job_id": job_id,
-                "extra_attempts": deps.extra_attempts,
-                "deadline_seconds": deps.deadline_seconds,
-                "now": deps.clock.now(),
-            },
-        ).fetchone()
+        reset = conn.execute(q.reset_failed_job, _reset_params(deps, job_id)).fetchone()
         if reset is None:
             raise InvalidState(f"the job is {job['state']}; only FAILED_TERMINAL jobs can be retried")
         requested = ExtractionRequested(
             job_id=job_id, tenant_id=reset["tenant_id"], state_version=reset["state_version"]
         )
-        conn.execute(
-            deps.db.q.insert_outbox_event, outbox_row(requested, event_id=deps.new_id(), trace_context=None)
-        )
+        conn.execute(q.insert_outbox_event, outbox_row(requested, event_id=deps.new_id(), trace_context=None))
         details = {
             "previous": json.loads(json.dumps(job["last_error"] or {})),
             "extra_attempts": deps.extra_attempts,
@@ -327,47 +388,93 @@ def start_bulk_move(sqs: SQSClient, dlq_arn: str, queue_arn: str, max_per_second
 
 def move_all_dead_letters(deps: SupportDeps, reason: str, max_per_second: int) -> tuple[str, int]:
     """Starts the bulk move of every dead letter back to the jobs queue, audited; returns the task handle
-    and the audit id."""
-    _require_reason(reason)
+    and the id of the audit row that requested it.
+
+    The action is SQS's alone, so no transaction can hold it and its audit row together. The request is
+    committed first (outcome ``requested``), then the task started, then its outcome recorded (``started``
+    with the task handle, or ``failed``): a crash in between leaves a request without an outcome, never a
+    move nobody recorded. The audit table only takes inserts, so the outcome is a row of its own."""
+    _require_audit(deps, reason)
     sqs = deps.queues()
     dlq_arn, queue_arn = (
         sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         for url in (deps.dlq_url, deps.queue_url)
     )
-    handle = start_bulk_move(sqs, dlq_arn, queue_arn, max_per_second)
+    request = {"destination": queue_arn, "max_per_second": max_per_second}
     with deps.db.transaction() as conn:
-        audit_id = _audit(
+        requested = _audit(
+            conn, deps, reason, action="dlq_move_all", target=dlq_arn, outcome="requested", details=request
+        )
+    try:
+        handle = start_bulk_move(sqs, dlq_arn, queue_arn, max_per_second)
+    except Exception as error:
+        with deps.db.transaction() as conn:
+            _audit(
+                conn,
+                deps,
+                reason,
+                action="dlq_move_all",
+                target=dlq_arn,
+                outcome="failed",
+                details={"requested": requested, "error": f"{type(error).__name__}: {error}"[:1000]},
+            )
+        raise
+    with deps.db.transaction() as conn:
+        _audit(
             conn,
             deps,
             reason,
             action="dlq_move_all",
             target=dlq_arn,
             outcome="started",
-            details={"task_handle": handle},
+            details={"requested": requested, "task_handle": handle},
         )
-    return handle, audit_id
+    return handle, requested
 
 
 def replay_delivery_audited(
     deps: SupportDeps, tenant: str, endpoint_id: UUID, delivery_id: UUID, reason: str
 ) -> tuple[ReplayResult, int]:
     """Sends one of a tenant's deliveries again under its webhook-id, audited; returns what was replayed
-    and the audit id."""
-    _require_reason(reason)
+    and the audit id.
+
+    The delivery is reopened and the audit row written in one transaction; the dispatcher's execution is
+    started after the commit. A crash before the start leaves a reopened PENDING delivery that nothing
+    drives, which the scheduler restarts once it counts as stalled; a start that is repeated finds its
+    execution already there (same name) and does nothing."""
+    _require_audit(deps, reason)
     if deps.replays is None:
         raise NotConfigured("set WEBHOOK_STATE_MACHINE_ARN: there is no dispatcher to replay through")
-    result = replay_delivery(deps.replays, find_tenant(deps.db, tenant), endpoint_id, delivery_id)
-    with deps.db.transaction() as conn:
+    tenant_id = find_tenant(deps.db, tenant)
+    q = deps.db.q
+    with deps.db.transaction(tenant_id) as conn:
+        rows = conn.execute(
+            q.reopen_delivery,
+            {
+                "tenant_id": tenant_id,
+                "endpoint_id": endpoint_id,
+                "delivery_id": delivery_id,
+                "now": deps.clock.now(),
+            },
+        ).fetchall()
+        if not rows:
+            raise NotFound(f"no delivery {delivery_id} for endpoint {endpoint_id}")
+        replayed = [row["delivery_id"] for row in rows]
         audit_id = _audit(
             conn,
             deps,
             reason,
             action="delivery_replay",
             target=str(delivery_id),
-            outcome="started",
-            details={"replayed": [str(r) for r in result.replayed]},
+            # What the commit guarantees: the delivery is PENDING again; the execution starts just after.
+            outcome="reopened",
+            details={"replayed": [str(r) for r in replayed]},
         )
-    return result, audit_id
+    for row in rows:
+        deps.replays.starter.start(
+            row["delivery_id"], execution_name(row["delivery_id"], row["replays"], row["restarts"])
+        )
+    return ReplayResult(replayed=replayed), audit_id
 
 
 class JobSummary(BaseModel):

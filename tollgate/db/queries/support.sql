@@ -47,3 +47,11 @@ RETURNING audit_id
 -- name: audit_for_target
 SELECT audit_id, actor, reason, action, outcome, details, created_at
 FROM support_audit WHERE target = %(target)s ORDER BY audit_id
+
+-- name: support_lock_job
+-- The job a support action is about to change, locked until the action's transaction (its audit row
+-- included) commits, so the decision recorded is the one made on the state that was changed.
+SELECT job_id, tenant_id, state, attempt, max_attempts, fence, deadline_at, last_error, created_at,
+       finished_at, state_version
+FROM extraction_jobs WHERE job_id = %(job_id)s
+FOR UPDATE
