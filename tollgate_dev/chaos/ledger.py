@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from tollgate.core.job_states import TERMINAL_STATES, JobState
 from tollgate.db import Database
+from tollgate.delivery.states import DeliveryState
 from tollgate.events import EXTRACTION_REQUESTED, WEBHOOK_EVENT_TYPES, UnknownEventType
 from tollgate.execution.attempt import EVENT_FOR_STATE
 from tollgate.outbox.relay import OutboxEvent
@@ -233,7 +234,7 @@ def check_ledger(
         "outbox events": len(events),
         "events published": sum(1 for e in events if e["published_at"] is not None),
         "deliveries": len(deliveries),
-        "deliveries delivered": sum(1 for d in deliveries if d["state"] == "DELIVERED"),
+        "deliveries delivered": sum(1 for d in deliveries if d["state"] == DeliveryState.DELIVERED),
         "ERP effects": len(erp_effects),
         "dead letters": queues.dlq_depth,
     }
@@ -349,7 +350,7 @@ def _check_deliveries(invariant: Invariant, facts: _Facts) -> None:
     applied = {effect.webhook_id for effect in facts.erp_effects}
     for delivery in facts.deliveries:
         invariant.checked += 1
-        if delivery["state"] != "DELIVERED":
+        if delivery["state"] != DeliveryState.DELIVERED:
             invariant.fail(
                 f"delivery {delivery['delivery_id']} is {delivery['state']} after {delivery['attempts']} "
                 "attempts"

@@ -34,6 +34,7 @@ from rich.table import Table
 from tollgate.core.clock import new_id
 from tollgate.core.job_states import TERMINAL_STATES, UNFINISHED_STATES, JobState
 from tollgate.db import Database
+from tollgate.delivery.states import DeliveryState
 from tollgate.scheduler.tick import read_pipeline_progress
 from tollgate.tenants.keys import create_tenant
 from tollgate.tenants.suppliers import add_supplier
@@ -575,11 +576,11 @@ class ChaosRun:
             return False, []
         if read_queues(boto3.client("sqs"), stack.queues.url, stack.queues.dlq_url, 0).messages_left:
             return False, []
-        if not delivery_states(db, tenant_ids).get("PENDING"):
+        if not delivery_states(db, tenant_ids).get(DeliveryState.PENDING):
             return True, []
         stuck = self._stuck_deliveries(db, tenant_ids)
         # Pending deliveries whose executions all ended will never move: waiting longer changes nothing.
-        return len(stuck) == delivery_states(db, tenant_ids).get("PENDING", 0), stuck
+        return len(stuck) == delivery_states(db, tenant_ids).get(DeliveryState.PENDING, 0), stuck
 
     def _stuck_deliveries(self, db: Database, tenant_ids: list[UUID]) -> list[str]:
         stack = self.stack
@@ -591,7 +592,7 @@ class ChaosRun:
         with db.transaction() as conn:
             rows = conn.execute(dev_queries().ledger_deliveries, {"tenant_ids": tenant_ids}).fetchall()
         for row in rows:
-            if row["state"] != "PENDING":
+            if row["state"] != DeliveryState.PENDING:
                 continue
             execution = sfn.describe_execution(executionArn=f"{prefix}:{row['delivery_id']}")
             if execution["status"] != "RUNNING":

@@ -30,6 +30,7 @@ from rich.table import Table
 
 from tollgate.core.clock import new_id
 from tollgate.core.job_states import TERMINAL_STATES, JobState
+from tollgate.delivery.states import DeliveryState
 from tollgate.tenants.keys import create_tenant
 from tollgate.tenants.suppliers import add_supplier
 from tollgate_dev.local.client import ApiClient
@@ -218,7 +219,7 @@ def run_demo(stack: LocalStack, jobs_per_tenant: int = 40, console: Console | No
     )
     report.check("every job ended where its invoice explains it", not unexplained, f"unexplained: {detail}")
     delivered = stack.wait_for(
-        lambda: delivery_states(db, tenant_ids).get("DELIVERED", 0) >= len(report.submitted),
+        lambda: delivery_states(db, tenant_ids).get(DeliveryState.DELIVERED, 0) >= len(report.submitted),
         timeout=COMPLETION_TIMEOUT_SECONDS,
     )
     verified = sum(len(r.accepted) for r in receivers)

@@ -26,7 +26,7 @@ from tollgate.api.app import create_app, handle
 from tollgate.api.deps import ApiDeps
 from tollgate.api.problems import DEPENDENCY_RETRY_AFTER_SECONDS, PROBLEM_CONTENT_TYPE, problem_body
 from tollgate.core.errors import DependencyUnavailable, PayloadTooLarge, TollgateError, Unauthorized
-from tollgate.tenants.authorizer import AccessDenied as Denied
+from tollgate.tenants.authorizer import AccessDenied
 
 logger = Logger(service="tollgate-local", child=True)
 
@@ -156,7 +156,7 @@ class LocalGateway:
             )
             try:
                 policy = self._authorizer(lowered.get("authorization"), method_arn)
-            except Denied:
+            except AccessDenied:
                 return _problem(Unauthorized("send Authorization: Bearer <API key> with a valid key"))
             except Exception:
                 # API Gateway's AUTHORIZER_FAILURE, which the deployed API answers as 503 with Retry-After.

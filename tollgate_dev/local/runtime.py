@@ -35,6 +35,7 @@ from tollgate.settings import (
     WebhookAttemptSettings,
     WorkerSettings,
 )
+from tollgate.support.configuration import DISCOVERY_FILE
 from tollgate.tenants.authorizer import authorize_request
 from tollgate.wiring import (
     build_api,
@@ -65,7 +66,6 @@ from tollgate_dev.local.workers import WorkerThread
 from tollgate_dev.simulator.server import Latency, SimulatedProvider, SimulatorConfig
 
 DEFAULT_DATA_DIR = Path(".tollgate")
-DISCOVERY_FILE = "local.json"
 LIMITER_TABLE = "tollgate-provider-budget-local"
 # Requests the local gateway handles at once (Lambda would run that many instances of the API function).
 API_CONCURRENCY = 8
