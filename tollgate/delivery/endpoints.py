@@ -13,10 +13,11 @@ from typing import Annotated, Any
 from urllib.parse import urlsplit
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, Field, StringConstraints, field_validator
 
 from tollgate.core.clock import Clock, IdFactory
 from tollgate.core.errors import NotFound, ValidationFailed
+from tollgate.core.models import Strict
 from tollgate.db import Database
 from tollgate.events import WEBHOOK_EVENT_TYPES
 
@@ -27,10 +28,6 @@ EventType = Annotated[str, StringConstraints(pattern=r"^extraction\.(completed|r
 NO_NUL = r"^[^\x00]*$"
 Url = Annotated[str, StringConstraints(min_length=8, max_length=2048, pattern=NO_NUL)]
 Description = Annotated[str, StringConstraints(max_length=500, pattern=NO_NUL)]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class EndpointCreate(Strict):
