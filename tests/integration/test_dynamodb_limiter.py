@@ -27,7 +27,7 @@ from tests.support import invoice_request, job_row
 from tollgate.core.clock import FakeClock
 from tollgate.execution.attempt import AttemptEnd, run_attempt
 from tollgate.execution.limiter.base import Denied, LimiterUnavailable, Outcome, Permit, Reservation
-from tollgate.execution.limiter.dynamodb import WINDOW_SECONDS, DynamoDbLimiter, ShardState
+from tollgate.execution.limiter.dynamodb import WINDOW_SECONDS, DynamoDbLimiter, ShardState, shard_of
 from tollgate_dev.local.aws import create_limiter_table, serialize_moto_dynamodb
 
 pytestmark = pytest.mark.integration
@@ -380,7 +380,7 @@ def test_a_shard_with_no_room_falls_back_to_another(make_limiter: LimiterFactory
     permits = [granted(acquire(limiter)) for _ in range(20)]
 
     denied(acquire(limiter), "requests")
-    assert Counter(p.permit_id.split(".")[0] for p in permits) == {"0": 10, "1": 10}
+    assert Counter(shard_of(p.permit_id) for p in permits) == {0: 10, 1: 10}
     assert len(shard_item(table, 0).permits) == len(shard_item(table, 1).permits) == 10
 
 

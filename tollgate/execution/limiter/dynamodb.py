@@ -38,6 +38,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
@@ -88,6 +89,22 @@ WRITES_PER_REQUEST = 3.0
 # After a failure the table is left alone this long, so an outage does not cost every caller a timeout.
 UNREACHABLE_BACKOFF_SECONDS = 1.0
 LOCAL_PERMIT_PREFIX = "local:"
+
+
+def shard_permit_id(shard: int, unique: str) -> str:
+    """A permit's id names the shard item it is held in, so its release, resize and cancel find it."""
+    return f"{shard}.{unique}"
+
+
+def local_permit_id(unique: str) -> str:
+    return LOCAL_PERMIT_PREFIX + unique
+
+
+def shard_of(permit_id: str) -> int | None:
+    """The shard item a permit is held in; None for one the local allowance granted, which is in no item."""
+    if permit_id.startswith(LOCAL_PERMIT_PREFIX):
+        return None
+    return int(permit_id.split(".", 1)[0])
 
 
 def derive_shards(requests_per_minute: float, max_in_flight: int, configured: int = 0) -> int:
@@ -237,6 +254,15 @@ class _Update:
             self.sets.append(f"{name} = {self.value(floor)}")
 
 
+class _Plan(Enum):
+    READ_AGAIN = "read_again"  # the copy planned from may be out of date for this answer: read, then plan
+
+
+class _Unwritten(Enum):
+    GONE = "gone"
+    CONTENDED = "contended"
+
+
 class _ConditionFailed(Exception):
     def __init__(self, item: Mapping[str, Any] | None) -> None:
         super().__init__("condition failed")
@@ -267,7 +293,7 @@ class LocalAllowance:
                 return Denied(max(wait, 0.0), "limiter_unavailable")
             self._granted.append(now)
             return Permit(
-                LOCAL_PERMIT_PREFIX + permit_id,
+                local_permit_id(permit_id),
                 reservation.pool,
                 reservation.tokens,
                 now + timedelta(seconds=self._ttl),
@@ -333,7 +359,7 @@ class DynamoDbLimiter:
         denials: list[Denied] = []
         try:
             for shard in order:
-                result = self._acquire_on(reservation, shard, f"{shard}.{permit_id}", now)
+                result = self._acquire_on(reservation, shard, shard_permit_id(shard, permit_id), now)
                 if isinstance(result, Permit):
                     return result
                 if result.reason == "cooldown":  # every shard has it: asking another one cannot help
@@ -346,9 +372,9 @@ class DynamoDbLimiter:
         return min(denials, key=lambda denied: denied.wait_seconds)
 
     def release(self, permit: Permit, outcome: Outcome) -> None:
-        if permit.permit_id.startswith(LOCAL_PERMIT_PREFIX):
+        shard = shard_of(permit.permit_id)
+        if shard is None:
             return  # granted by the local allowance: nothing of it is in the table
-        shard = int(permit.permit_id.split(".", 1)[0])
         now = self._clock.now()
         try:
             self._release_on(permit, outcome, shard, now)
@@ -365,13 +391,13 @@ class DynamoDbLimiter:
 
     def resize(self, permit: Permit, tokens: int) -> Permit:
         resized = dataclasses.replace(permit, tokens=tokens)
-        if tokens == permit.tokens or permit.permit_id.startswith(LOCAL_PERMIT_PREFIX):
+        shard = shard_of(permit.permit_id)
+        if tokens == permit.tokens or shard is None:
             return resized
-        shard = int(permit.permit_id.split(".", 1)[0])
         key = self._key(permit.pool, shard)
         now = self._clock.now().timestamp()
 
-        def plan(state: ShardState) -> _Update:
+        def plan(state: ShardState, fresh: bool) -> _Update:
             update = _Update()
             _, tokens_per_second, _ = self._effective(state, shard)
             delta = (tokens - permit.tokens) / tokens_per_second
@@ -383,7 +409,7 @@ class DynamoDbLimiter:
             update.sets.append(f"{sent} = if_not_exists({sent}, {update.value(0)}) + {change}")
             return update
 
-        if not self._write_planned(key, plan):
+        if self._write_planned(key, plan) is _Unwritten.CONTENDED:
             raise LimiterUnavailable("the limiter item stayed contended while resizing a reservation")
         with self._lock:
             at_grant = self._sent_at_grant.get(permit.permit_id)
@@ -393,27 +419,30 @@ class DynamoDbLimiter:
         return resized
 
     def cancel(self, permit: Permit) -> None:
-        if permit.permit_id.startswith(LOCAL_PERMIT_PREFIX):
+        shard = shard_of(permit.permit_id)
+        if shard is None:
             return  # the local allowance keeps no permits, and its window is this process's alone
-        shard = int(permit.permit_id.split(".", 1)[0])
-        key = self._key(permit.pool, shard)
         with self._lock:
             self._sent_at_grant.pop(permit.permit_id, None)
-        try:
-            state = self._remembered(key) or self._read(key)
+
+        def plan(state: ShardState, fresh: bool) -> _Update | None:
+            # Only a permit still in the item gives anything back, so a second cancel, or one after the permit
+            # lapsed and was reclaimed, cannot return more than its acquire took. The condition decides; a
+            # remembered copy may predate the grant, so only a fresh one is trusted to say it is gone.
+            if fresh and permit.permit_id not in state.permits:
+                return None
             requests_per_second, tokens_per_second, _ = self._effective(state, shard)
             update = _Update()
-            # Only a permit still in the item gives anything back, so a second cancel, or one after the permit
-            # lapsed and was reclaimed, cannot return more than its acquire took.
             update.conditions.append(f"attribute_exists({update.permit(permit.permit_id)})")
             update.removes.append(update.permit(permit.permit_id))
             update.raise_to(REQUESTS, state.requests_full_at, -1 / requests_per_second, -math.inf)
             update.raise_to(TOKENS, state.tokens_full_at, -permit.tokens / tokens_per_second, -math.inf)
             # The running totals of what was granted keep the cancelled grant: read against a provider's
             # headroom they then count a call more than was sent, which errs on the safe side.
-            self._remember(key, self._write(key, update))
-        except _ConditionFailed:
-            return  # the permit (or the whole item) is gone already: there is nothing to give back
+            return update
+
+        try:
+            self._write_planned(self._key(permit.pool, shard), plan)
         except LimiterUnavailable:
             # Giving back is a courtesy: the permit lapses at its expiry, and until then the budget errs on
             # the safe side.
@@ -431,12 +460,9 @@ class DynamoDbLimiter:
     def _acquire_on(
         self, reservation: Reservation, shard: int, permit_id: str, now: datetime
     ) -> Permit | Denied:
-        key = self._key(reservation.pool, shard)
-        state, fresh = self._remembered(key), False
-        if state is None:
-            state, fresh = self._read(key), True
         expires_at = now + timedelta(seconds=self._ttl)
-        for _ in range(MAX_ROUNDS):
+
+        def plan(state: ShardState, fresh: bool) -> _Update | _Plan | Denied:
             verdict, update = self._plan_acquire(
                 state,
                 shard=shard,
@@ -445,26 +471,25 @@ class DynamoDbLimiter:
                 now_at=now,
                 expires_at=expires_at,
             )
-            if verdict is not None:
-                # A cooldown only ever lengthens, so that denial stands. Any other one, read from an older
-                # state, may be out of date (permits released, tokens refunded since): waiting callers look
-                # again with a read, which costs a fraction of a failed conditional write.
-                if fresh or verdict.reason == "cooldown":
-                    return verdict
-                state, fresh = self._read(key), True
-                continue
-            try:
-                granted = self._write(key, update)
-            except _ConditionFailed as failed:
-                state, fresh = self._state_after_failure(key, failed), True
-                continue
-            self._remember(key, granted)
-            with self._lock:
-                if len(self._sent_at_grant) >= MAX_TRACKED_PERMITS:
-                    self._sent_at_grant.pop(next(iter(self._sent_at_grant)))  # the oldest; its holder is gone
-                self._sent_at_grant[permit_id] = (granted.requests_sent, granted.tokens_sent)
-            return Permit(permit_id, reservation.pool, reservation.tokens, expires_at)
-        return Denied(CONTENTION_WAIT_SECONDS * (1 + self._jitter()), "contention")
+            if verdict is None:
+                return update
+            # A cooldown only ever lengthens, so that denial stands. Any other one, read from an older state,
+            # may be out of date (permits released, tokens refunded since): waiting callers look again with a
+            # read, which costs a fraction of a failed conditional write.
+            return verdict if fresh or verdict.reason == "cooldown" else _Plan.READ_AGAIN
+
+        # An acquire makes a missing item (a new pool, or one whose item expired): the first caller's grant
+        # comes from a full bucket.
+        granted = self._write_planned(self._key(reservation.pool, shard), plan, make_missing=True)
+        if isinstance(granted, Denied):
+            return granted
+        if not isinstance(granted, ShardState):
+            return Denied(CONTENTION_WAIT_SECONDS * (1 + self._jitter()), "contention")
+        with self._lock:
+            if len(self._sent_at_grant) >= MAX_TRACKED_PERMITS:
+                self._sent_at_grant.pop(next(iter(self._sent_at_grant)))  # the oldest; its holder is gone
+            self._sent_at_grant[permit_id] = (granted.requests_sent, granted.tokens_sent)
+        return Permit(permit_id, reservation.pool, reservation.tokens, expires_at)
 
     def _plan_acquire(
         self,
@@ -519,26 +544,12 @@ class DynamoDbLimiter:
     # -- release ---------------------------------------------------------------------------------------
 
     def _release_on(self, permit: Permit, outcome: Outcome, shard: int, now_at: datetime) -> None:
-        key = self._key(permit.pool, shard)
-        if not self._write_planned(
-            key, lambda state: self._plan_release(state, permit, outcome, shard, now_at)
-        ):
+        written = self._write_planned(
+            self._key(permit.pool, shard),
+            lambda state, fresh: self._plan_release(state, permit, outcome, shard, now_at),
+        )
+        if written is _Unwritten.CONTENDED:
             logger.warning("limiter release gave up under contention", extra={"pool": permit.pool})
-
-    def _write_planned(self, key: str, plan: Callable[[ShardState], _Update]) -> bool:
-        """Writes ``plan(state)``, planning again from the item a failed condition returns, for at most
-        MAX_ROUNDS. True when written, or when the item is gone (an expired pool, and its permits with it);
-        False when the item stayed contended throughout."""
-        state = self._remembered(key) or self._read(key)
-        for _ in range(MAX_ROUNDS):
-            try:
-                self._remember(key, self._write(key, plan(state)))
-                return True
-            except _ConditionFailed as failed:
-                if failed.item is None:
-                    return True
-                state = self._state_after_failure(key, failed)
-        return False
 
     def _plan_release(
         self, state: ShardState, permit: Permit, outcome: Outcome, shard: int, now_at: datetime
@@ -633,22 +644,55 @@ class DynamoDbLimiter:
 
     def _spread_throttle(self, permit: Permit, outcome: Outcome, shard: int, now_at: datetime) -> None:
         """The cooldown and the decrease reach every shard: the provider limits the pool, not a shard."""
-        key = self._key(permit.pool, shard)
-        state = self._remembered(key) or self._read(key)
-        for _ in range(MAX_ROUNDS):
+
+        def plan(state: ShardState, fresh: bool) -> _Update | None:
             update = _Update()
             self._plan_throttle(update, state, permit, outcome, now_at.timestamp())
-            if not update.sets:
-                return
-            try:
-                self._remember(key, self._write(key, update))
-                return
-            except _ConditionFailed as failed:
-                if failed.item is None:
-                    return
-                state = self._state_after_failure(key, failed)
+            return update if update.sets else None  # this shard has heard of it already
+
+        self._write_planned(self._key(permit.pool, shard), plan)
 
     # -- state and the table ---------------------------------------------------------------------------
+
+    def _write_planned(
+        self,
+        key: str,
+        plan: Callable[[ShardState, bool], _Update | _Plan | Denied | None],
+        *,
+        make_missing: bool = False,
+    ) -> ShardState | Denied | _Unwritten | None:
+        """Every conditional write of a shard item goes through here: writes ``plan(state, fresh)``, and
+        when its condition fails plans again from the item the failure returns, for at most MAX_ROUNDS.
+
+        ``fresh`` is False for this process's copy of the item from an earlier call (it saves a read per
+        call, but may be out of date) and True for one just read or returned by DynamoDB. A plan returns
+        the update to write, ``_Plan.READ_AGAIN`` to be given a strongly consistent copy first, or what it
+        settled on without writing: a denial, or None for nothing to do.
+
+        Returns the item as written, what the plan settled on, CONTENDED when no round's condition held,
+        or GONE when the item does not exist (an expired pool, and its permits with it) unless
+        ``make_missing`` has it made again, full.
+        """
+        state, fresh = self._remembered(key), False
+        if state is None:
+            state, fresh = self._read(key), True
+        for _ in range(MAX_ROUNDS):
+            planned = plan(state, fresh)
+            if planned is _Plan.READ_AGAIN:
+                state, fresh = self._read(key), True
+                continue
+            if not isinstance(planned, _Update):
+                return planned
+            try:
+                written = self._write(key, planned)
+            except _ConditionFailed as failed:
+                if failed.item is None and not make_missing:
+                    return _Unwritten.GONE
+                state, fresh = self._state_after_failure(key, failed), True
+                continue
+            self._remember(key, written)
+            return written
+        return _Unwritten.CONTENDED
 
     def _effective(self, state: ShardState, shard: int) -> tuple[float, float, int]:
         """This shard's requests/s, tokens/s and in-flight cap now: 1/K of the ceiling (lowered to what the
