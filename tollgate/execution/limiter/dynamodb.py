@@ -544,15 +544,27 @@ class DynamoDbLimiter:
     # -- release ---------------------------------------------------------------------------------------
 
     def _release_on(self, permit: Permit, outcome: Outcome, shard: int, now_at: datetime) -> None:
+        # Taken once, not in the plan: a plan runs again after a failed condition, and must find it again.
+        with self._lock:
+            sent_at_grant = self._sent_at_grant.pop(permit.permit_id, None)
         written = self._write_planned(
             self._key(permit.pool, shard),
-            lambda state, fresh: self._plan_release(state, permit, outcome, shard, now_at),
+            lambda state, fresh: self._plan_release(
+                state, permit, outcome, shard=shard, now_at=now_at, sent_at_grant=sent_at_grant
+            ),
         )
         if written is _Unwritten.CONTENDED:
             logger.warning("limiter release gave up under contention", extra={"pool": permit.pool})
 
     def _plan_release(
-        self, state: ShardState, permit: Permit, outcome: Outcome, shard: int, now_at: datetime
+        self,
+        state: ShardState,
+        permit: Permit,
+        outcome: Outcome,
+        *,
+        shard: int,
+        now_at: datetime,
+        sent_at_grant: tuple[float, float] | None,
     ) -> _Update:
         now = now_at.timestamp()
         update = _Update()
@@ -578,11 +590,9 @@ class DynamoDbLimiter:
         # The provider's remaining headroom, when lower than ours, is the truth: this shard may hold no more
         # than its share of it (1/K). That also corrects a refund the provider does not make.
         acquired_at = permit.expires_at.timestamp() - self._ttl
-        with self._lock:
-            sent = self._sent_at_grant.pop(permit.permit_id, None)
         requests_since, tokens_since = (
-            (max(0.0, state.requests_sent - sent[0]), max(0.0, state.tokens_sent - sent[1]))
-            if sent
+            (max(0.0, state.requests_sent - sent_at_grant[0]), max(0.0, state.tokens_sent - sent_at_grant[1]))
+            if sent_at_grant
             else (0.0, 0.0)
         )
         if headroom.remaining_tokens is not None:
@@ -667,7 +677,8 @@ class DynamoDbLimiter:
         ``fresh`` is False for this process's copy of the item from an earlier call (it saves a read per
         call, but may be out of date) and True for one just read or returned by DynamoDB. A plan returns
         the update to write, ``_Plan.READ_AGAIN`` to be given a strongly consistent copy first, or what it
-        settled on without writing: a denial, or None for nothing to do.
+        settled on without writing: a denial, or None for nothing to do. A plan may run once a round, so it
+        changes nothing itself.
 
         Returns the item as written, what the plan settled on, CONTENDED when no round's condition held,
         or GONE when the item does not exist (an expired pool, and its permits with it) unless
