@@ -13,37 +13,18 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_budget_fairness import WAIT, BudgetTicks, HeldCalls, ingress_deps
+from tests.integration.test_budget_fairness import WAIT, BudgetTicks, HeldCalls, Wrapped, ingress_deps
 from tests.integration.test_execution import TEXT, ScriptedLlm, claim, make_deps, ok, rows
 from tests.support import invoice_request, job_row
 from tollgate.core.clock import FakeClock, SystemClock
 from tollgate.execution.attempt import AttemptEnd, claim_within_budget, run_attempt
-from tollgate.execution.limiter.base import Denied, LimiterUnavailable, Outcome, Permit, Reservation
+from tollgate.execution.limiter.base import Denied, LimiterUnavailable, Permit, Reservation
 from tollgate.execution.limiter.local import InProcessLimiter
 from tollgate.execution.worker import WorkerConfig, run_worker
 
 pytestmark = pytest.mark.integration
 
 HEARTBEAT_SECONDS = 3600.0
-
-
-class Wrapped:
-    """A budget that hands every step to the in-process limiter; subclasses change one answer."""
-
-    def __init__(self, inner: InProcessLimiter) -> None:
-        self.inner = inner
-
-    def try_acquire(self, reservation: Reservation) -> Permit | Denied:
-        return self.inner.try_acquire(reservation)
-
-    def release(self, permit: Permit, outcome: Outcome) -> None:
-        self.inner.release(permit, outcome)
-
-    def resize(self, permit: Permit, tokens: int) -> Permit:
-        return self.inner.resize(permit, tokens)
-
-    def cancel(self, permit: Permit) -> None:
-        self.inner.cancel(permit)
 
 
 def roomy_limiter(clock: FakeClock) -> InProcessLimiter:

@@ -225,6 +225,15 @@ class _Update:
             **({"ExpressionAttributeValues": self.values} if self.values else {}),
         }
 
+    def add_to_total(self, attribute: str, amount: float) -> None:
+        """A running total; items made before the attribute existed count from zero."""
+        name = self.name(attribute)
+        self.sets.append(f"{name} = if_not_exists({name}, {self.value(0)}) + {self.value(amount)}")
+
+    def keep_item(self, now: float) -> None:
+        """Moves the item's expiry on: only a pool that nobody acquires or releases from loses its item."""
+        self.sets.append(f"{self.name(TTL_ATTRIBUTE)} = {self.value(now + POOL_ITEM_TTL_SECONDS)}")
+
     def take(self, attribute: str, full_at: float, now: float, cost: float, window: float) -> None:
         """``full_at = max(full_at, now) + cost`` if there is room for ``cost``; else the write fails."""
         name = self.name(attribute)
@@ -404,9 +413,7 @@ class DynamoDbLimiter:
             # Like a charge at release, it lands on the bucket as it is now, even past empty: the call is
             # about to be sent, and the next acquires wait for the debt instead.
             update.raise_to(TOKENS, state.tokens_full_at, delta, now + delta if delta > 0 else -math.inf)
-            sent = update.name(TOKENS_SENT)
-            change = update.value(tokens - permit.tokens)
-            update.sets.append(f"{sent} = if_not_exists({sent}, {update.value(0)}) + {change}")
+            update.add_to_total(TOKENS_SENT, tokens - permit.tokens)
             return update
 
         if self._write_planned(key, plan) is _Unwritten.CONTENDED:
@@ -530,11 +537,9 @@ class DynamoDbLimiter:
             wait = bucket_wait(full_at, now, cost)
             if wait > 0:
                 waits.append((wait, reason))
-        for attribute, amount in ((REQUESTS_SENT, 1), (TOKENS_SENT, tokens)):
-            name = update.name(attribute)
-            update.sets.append(f"{name} = if_not_exists({name}, {update.value(0)}) + {update.value(amount)}")
-
-        update.sets.append(f"{update.name(TTL_ATTRIBUTE)} = {update.value(now + POOL_ITEM_TTL_SECONDS)}")
+        update.add_to_total(REQUESTS_SENT, 1)
+        update.add_to_total(TOKENS_SENT, tokens)
+        update.keep_item(now)
         if not waits:
             return None, update
         # Every dimension must have room at once, so the longest wait is the earliest chance.
@@ -589,7 +594,7 @@ class DynamoDbLimiter:
                 floor = now + delta
         # The provider's remaining headroom, when lower than ours, is the truth: this shard may hold no more
         # than its share of it (1/K). That also corrects a refund the provider does not make.
-        acquired_at = permit.expires_at.timestamp() - self._ttl
+        acquired_at = self._granted_at(permit)
         requests_since, tokens_since = (
             (max(0.0, state.requests_sent - sent_at_grant[0]), max(0.0, state.tokens_sent - sent_at_grant[1]))
             if sent_at_grant
@@ -618,7 +623,7 @@ class DynamoDbLimiter:
             else:
                 update.conditions.append(f"{share} > {update.value(limit)}")
                 update.sets.append(f"{share} = {update.value(1.0)}")
-        update.sets.append(f"{update.name(TTL_ATTRIBUTE)} = {update.value(now + POOL_ITEM_TTL_SECONDS)}")
+        update.keep_item(now)
         return update
 
     def _headroom_floor(
@@ -645,8 +650,7 @@ class DynamoDbLimiter:
             update.sets.append(f"{cooldown} = {update.value(until)}")
         # Calls sent before the last decrease met the old rate; their 429s are that rate's, already answered.
         # Like TCP, which halves once per window, not once per lost packet.
-        acquired_at = permit.expires_at.timestamp() - self._ttl
-        if acquired_at > state.decreased_at:
+        if self._granted_at(permit) > state.decreased_at:
             share = update.name(SHARE)
             update.conditions.append(f"{share} = {update.value(state.share)}")
             update.sets.append(f"{share} = {update.value(self._aimd.decreased(state.share))}")
@@ -713,6 +717,10 @@ class DynamoDbLimiter:
         tokens = capped_ceiling(self._tpm, state.provider_tpm) / self._shards / 60.0 * share
         cap = max(1, math.ceil(self._in_flight_caps[shard] * share))
         return requests, tokens, cap
+
+    def _granted_at(self, permit: Permit) -> float:
+        """Every permit expires the same TTL after its grant, so its expiry says when it was granted."""
+        return permit.expires_at.timestamp() - self._ttl
 
     def _jitter(self) -> float:
         with self._lock:
