@@ -5,7 +5,7 @@ provider budget holds no job, so the fair claim across tenants is made when a ca
 tenant's job claimed late never queues behind other tenants' claimed jobs for budget. The permit is sized
 by the job the claim would pick, resized to the job it did pick, and cancelled if no call is made. A job
 claimed without one (the resize found the budget unreachable) waits for its own in the same way
-(``wait_for_permit``), and gives up at its deadline.
+(``wait_for_permit``), and stops waiting if it is still denied at its deadline.
 
 The lease is renewed in the background while the call runs; if a heartbeat finds the fence moved, the
 call is abandoned and nothing is written for the job. The outcome - state, result, attempt record and the
@@ -186,7 +186,7 @@ class NoPermit(StrEnum):
 
     STOPPED = "stopped"  # the worker is stopping
     LEASE_LOST = "lease_lost"  # the held job has another owner
-    DEADLINE = "deadline"  # the held job's deadline came first
+    DEADLINE = "deadline"  # the held job was still denied at its deadline
 
 
 @dataclass(frozen=True)
@@ -205,35 +205,37 @@ async def wait_for_permit(
     A denial waits as long as the limiter says, a heartbeat at the most, and the wait ends at once on stop:
     a stopping worker takes on nothing more, so even a permit granted as the stop came is given back. The
     one difference is ``holding``, and it is a parameter because only a held job has something to lose or
-    to be late for: that wait also ends when the lease is lost, and at the job's deadline, since a call
-    that starts after it answers nobody (before the claim, a late peeked job is simply not claimed).
+    to be late for: that wait also ends when the lease is lost, and a job still denied at its deadline
+    waits no longer, since its call could only start after it (before the claim, a peeked job past its
+    deadline is simply not claimed).
 
     Raises LimiterUnavailable (fail closed, no call): what that costs is the caller's to say, as it depends
     on whether a job is held.
     """
     reservation = Reservation(deps.provider_pool, tokens)
     interrupts = (stop,) if holding is None else (stop, holding.lost)
-    while (ended := _wait_ended(deps, stop, holding)) is None:
+    while (ended := _interrupted(stop, holding)) is None:
         granted = await asyncio.to_thread(deps.limiter.try_acquire, reservation)
         if isinstance(granted, Permit):
-            if (ended := _wait_ended(deps, stop, holding)) is not None:
+            if (ended := _interrupted(stop, holding)) is not None:
                 await _cancel_quietly(deps, granted)  # it came too late: no call goes out under it
                 return ended
             return granted
         wait = min(granted.wait_seconds, deps.heartbeat_seconds)
         if holding is not None:
-            wait = min(wait, (holding.job.deadline_at - deps.clock.now()).total_seconds())
+            left = (holding.job.deadline_at - deps.clock.now()).total_seconds()
+            if left <= 0:
+                return NoPermit.DEADLINE
+            wait = min(wait, left)  # one more ask at the deadline, then no more
         await _sleep_unless(deps, wait, *interrupts)
     return ended
 
 
-def _wait_ended(deps: ExecutionDeps, stop: asyncio.Event, holding: Holding | None) -> NoPermit | None:
+def _interrupted(stop: asyncio.Event, holding: Holding | None) -> NoPermit | None:
     if holding is not None and holding.lost.is_set():
         return NoPermit.LEASE_LOST  # first: a job that is not ours any more is not ours to hand back
     if stop.is_set():
         return NoPermit.STOPPED
-    if holding is not None and deps.clock.now() >= holding.job.deadline_at:
-        return NoPermit.DEADLINE
     return None
 
 
