@@ -185,12 +185,31 @@ def test_an_unreachable_budget_claims_nothing_and_spends_no_attempt(tenant, syst
     assert rows(clean_db, "SELECT count(*) FROM job_attempts") == [(0,)]
 
 
-class ClaimedMeanwhile:
+class Wrapped:
+    """A budget that hands every step to the in-process limiter; subclasses change one answer."""
+
+    def __init__(self, inner: InProcessLimiter) -> None:
+        self.inner = inner
+
+    def try_acquire(self, reservation: Reservation) -> Permit | Denied:
+        return self.inner.try_acquire(reservation)
+
+    def release(self, permit: Permit, outcome: Outcome) -> None:
+        self.inner.release(permit, outcome)
+
+    def resize(self, permit: Permit, tokens: int) -> Permit:
+        return self.inner.resize(permit, tokens)
+
+    def cancel(self, permit: Permit) -> None:
+        self.inner.cancel(permit)
+
+
+class ClaimedMeanwhile(Wrapped):
     """Another worker's claim lands between this slot's acquire and its claim: the wrapped limiter claims
     the job the slot peeked just before granting the slot its permit."""
 
     def __init__(self, inner: InProcessLimiter, claim_other: Callable[[], Any]) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._claim_other = claim_other
         self.taken: list[Any] = []
         self.resized: list[tuple[int, int]] = []
@@ -200,15 +219,9 @@ class ClaimedMeanwhile:
             self.taken.append(self._claim_other())
         return self.inner.try_acquire(reservation)
 
-    def release(self, permit: Permit, outcome: Outcome) -> None:
-        self.inner.release(permit, outcome)
-
     def resize(self, permit: Permit, tokens: int) -> Permit:
         self.resized.append((permit.tokens, tokens))
         return self.inner.resize(permit, tokens)
-
-    def cancel(self, permit: Permit) -> None:
-        self.inner.cancel(permit)
 
 
 def test_a_slot_that_finds_its_job_taken_gives_the_whole_permit_back(tenant, system_db, clean_db):

@@ -27,7 +27,7 @@ from tests.support import invoice_request, job_row
 from tollgate.core.clock import FakeClock
 from tollgate.execution.attempt import AttemptEnd, run_attempt
 from tollgate.execution.limiter.base import Denied, LimiterUnavailable, Outcome, Permit, Reservation
-from tollgate.execution.limiter.dynamodb import WINDOW_SECONDS, DynamoDbLimiter, ShardState
+from tollgate.execution.limiter.dynamodb import WINDOW_SECONDS, DynamoDbLimiter, ShardState, shard_of
 from tollgate_dev.local.aws import create_limiter_table, serialize_moto_dynamodb
 
 pytestmark = pytest.mark.integration
@@ -349,6 +349,22 @@ def test_provider_headroom_is_brought_up_to_date_with_the_calls_sent_since(
     denied(acquire(limiter, 200), "tokens")
 
 
+def test_a_release_that_plans_again_still_counts_the_calls_sent_since_its_admission(
+    make_limiter: LimiterFactory,
+) -> None:
+    this, other = make_limiter(tokens_per_minute=6000), make_limiter(tokens_per_minute=6000)  # 100 a second
+    first = granted(acquire(this, 1000))
+    # Another worker's call leaves this worker's copy of the item behind: its release's first write fails
+    # its condition, and it plans again from the item the failure returns.
+    granted(acquire(other, 2000))
+
+    this.release(first, ok(1000, x_ratelimit_limit_tokens="6000", x_ratelimit_remaining_tokens="3000"))
+
+    # 3,000 left at the first call's admission, -2,000 sent since: 1,000 now.
+    granted(acquire(this, 900))
+    denied(acquire(this, 200), "tokens")
+
+
 def test_provider_headers_with_more_headroom_never_loosen_it(make_limiter: LimiterFactory) -> None:
     limiter = make_limiter(tokens_per_minute=6000)
     permit = granted(acquire(limiter, 3000))
@@ -380,7 +396,7 @@ def test_a_shard_with_no_room_falls_back_to_another(make_limiter: LimiterFactory
     permits = [granted(acquire(limiter)) for _ in range(20)]
 
     denied(acquire(limiter), "requests")
-    assert Counter(p.permit_id.split(".")[0] for p in permits) == {"0": 10, "1": 10}
+    assert Counter(shard_of(p.permit_id) for p in permits) == {0: 10, 1: 10}
     assert len(shard_item(table, 0).permits) == len(shard_item(table, 1).permits) == 10
 
 

@@ -1,8 +1,17 @@
-"""The pure arithmetic of the shared budget: bucket waits, shard counts and splits, and reading an item."""
+"""The pure arithmetic of the shared budget: bucket waits, shard counts and splits, permit ids, and reading an
+item."""
 
 import pytest
 
-from tollgate.execution.limiter.dynamodb import ShardState, bucket_wait, derive_shards, split_evenly
+from tollgate.execution.limiter.dynamodb import (
+    ShardState,
+    bucket_wait,
+    derive_shards,
+    local_permit_id,
+    shard_of,
+    shard_permit_id,
+    split_evenly,
+)
 
 NOW = 1_000.0
 
@@ -62,3 +71,8 @@ def test_an_item_reads_back_as_the_state_it_holds() -> None:
     assert state.provider_tpm is None
     assert state.live_permits(NOW) == 1
     assert state.expired_permits(NOW) == ["0.def"]
+
+
+def test_a_permit_id_names_the_shard_it_is_held_in() -> None:
+    assert [shard_of(shard_permit_id(shard, "0f3a")) for shard in (0, 7, 12)] == [0, 7, 12]
+    assert shard_of(local_permit_id("0f3a")) is None, "the local allowance's permits are in no shard item"

@@ -3,7 +3,9 @@
 The worker takes the budget first and claims after (``claim_within_budget``): a slot waiting for the
 provider budget holds no job, so the fair claim across tenants is made when a call can go out, and a
 tenant's job claimed late never queues behind other tenants' claimed jobs for budget. The permit is sized
-by the job the claim would pick, resized to the job it did pick, and cancelled if no call is made.
+by the job the claim would pick, resized to the job it did pick, and cancelled if no call is made. A job
+claimed without one (the resize found the budget unreachable) waits for its own in the same way
+(``wait_for_permit``), and stops waiting if it is still denied at its deadline.
 
 The lease is renewed in the background while the call runs; if a heartbeat finds the fence moved, the
 call is abandoned and nothing is written for the job. The outcome - state, result, attempt record and the
@@ -50,8 +52,8 @@ from tollgate.execution.extraction.validation import (
     ValidationReport,
     validate_invoice,
 )
-from tollgate.execution.leasing import ClaimedJob, claim_next_job, extend_lease, peek_next_job
-from tollgate.execution.limiter.base import Denied, Limiter, LimiterUnavailable, Outcome, Permit, Reservation
+from tollgate.execution.leasing import ClaimedJob, claim_next_job, extend_lease, peek_next_job, release_job
+from tollgate.execution.limiter.base import Limiter, LimiterUnavailable, Outcome, Permit, Reservation
 from tollgate.execution.llm.client import LlmClient, LlmResult, OutcomeClass
 from tollgate.outbox.nudge import NoNudge, Nudger
 
@@ -122,6 +124,10 @@ class LeaseLost(Exception):
     pass
 
 
+class HandBack(Exception):
+    """The worker stopped while the attempt waited for budget: no call went out, so the job goes back."""
+
+
 def cost_of(
     prices: Mapping[str, tuple[float, float]], model: str, input_tokens: int, output_tokens: int
 ) -> Decimal:
@@ -153,8 +159,8 @@ async def claim_within_budget(deps: ExecutionDeps, *, tenant_cap: int, stop: asy
         tokens = await asyncio.to_thread(peek_next_job, deps.db, deps.clock, tenant_cap=tenant_cap)
         if tokens is None:
             return None
-        permit = await _acquire(deps, Reservation(deps.provider_pool, tokens), stop)
-        if permit is None:
+        permit = await wait_for_permit(deps, tokens, stop)
+        if not isinstance(permit, Permit):
             return None
         try:
             job = await asyncio.to_thread(
@@ -175,23 +181,71 @@ async def claim_within_budget(deps: ExecutionDeps, *, tenant_cap: int, stop: asy
     return None
 
 
-async def _acquire(deps: ExecutionDeps, reservation: Reservation, stop: asyncio.Event) -> Permit | None:
-    """Waits for the budget without holding a job; None if the worker stops meanwhile."""
-    while not stop.is_set():
+class NoPermit(StrEnum):
+    """Why a wait for the budget ended without a permit; none is held then."""
+
+    STOPPED = "stopped"  # the worker is stopping
+    LEASE_LOST = "lease_lost"  # the held job has another owner
+    DEADLINE = "deadline"  # the held job was still denied at its deadline
+
+
+@dataclass(frozen=True)
+class Holding:
+    """The job a wait for budget is made with, and the event its heartbeat sets when the lease is lost."""
+
+    job: ClaimedJob
+    lost: asyncio.Event
+
+
+async def wait_for_permit(
+    deps: ExecutionDeps, tokens: int, stop: asyncio.Event, holding: Holding | None = None
+) -> Permit | NoPermit:
+    """The one way a slot waits for the provider budget: before its claim, or with its job held.
+
+    A denial waits as long as the limiter says, a heartbeat at the most, and the wait ends at once on stop:
+    a stopping worker takes on nothing more, so even a permit granted as the stop came is given back. The
+    one difference is ``holding``, and it is a parameter because only a held job has something to lose or
+    to be late for: that wait also ends when the lease is lost, and a job still denied at its deadline
+    waits no longer, since its call could only start after it (before the claim, a peeked job past its
+    deadline is simply not claimed).
+
+    Raises LimiterUnavailable (fail closed, no call): what that costs is the caller's to say, as it depends
+    on whether a job is held.
+    """
+    reservation = Reservation(deps.provider_pool, tokens)
+    interrupts = (stop,) if holding is None else (stop, holding.lost)
+    while (ended := _interrupted(stop, holding)) is None:
         granted = await asyncio.to_thread(deps.limiter.try_acquire, reservation)
         if isinstance(granted, Permit):
+            if (ended := _interrupted(stop, holding)) is not None:
+                await _cancel_quietly(deps, granted)  # it came too late: no call goes out under it
+                return ended
             return granted
-        await _sleep_unless(deps, min(granted.wait_seconds, deps.heartbeat_seconds), stop)
+        wait = min(granted.wait_seconds, deps.heartbeat_seconds)
+        if holding is not None:
+            left = (holding.job.deadline_at - deps.clock.now()).total_seconds()
+            if left <= 0:
+                return NoPermit.DEADLINE
+            wait = min(wait, left)  # one more ask at the deadline, then no more
+        await _sleep_unless(deps, wait, *interrupts)
+    return ended
+
+
+def _interrupted(stop: asyncio.Event, holding: Holding | None) -> NoPermit | None:
+    if holding is not None and holding.lost.is_set():
+        return NoPermit.LEASE_LOST  # first: a job that is not ours any more is not ours to hand back
+    if stop.is_set():
+        return NoPermit.STOPPED
     return None
 
 
-async def _sleep_unless(deps: ExecutionDeps, seconds: float, stop: asyncio.Event) -> None:
+async def _sleep_unless(deps: ExecutionDeps, seconds: float, *interrupts: asyncio.Event) -> None:
     sleeping = asyncio.ensure_future(deps.sleep(seconds))
-    stopping = asyncio.ensure_future(stop.wait())
+    waking = [asyncio.ensure_future(event.wait()) for event in interrupts]
     try:
-        await asyncio.wait({sleeping, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({sleeping, *waking}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (sleeping, stopping):
+        for task in (sleeping, *waking):
             task.cancel()
 
 
@@ -216,10 +270,19 @@ async def _cancel_quietly(deps: ExecutionDeps, permit: Permit) -> None:
         logger.warning("budget permit not returned; it expires on its own", exc_info=True)
 
 
-async def run_attempt(deps: ExecutionDeps, job: ClaimedJob, permit: Permit | None = None) -> AttemptReport:
+async def run_attempt(
+    deps: ExecutionDeps,
+    job: ClaimedJob,
+    permit: Permit | None = None,
+    *,
+    stop: asyncio.Event | None = None,
+) -> AttemptReport:
     """Runs one attempt. ``permit``, when given, is the budget taken before the claim: the call goes out
     under it and it is released after the call, or cancelled when no call is made. Without one, the
-    attempt acquires its own (waiting for the budget while it holds the job)."""
+    attempt waits for its own while it holds the job (``wait_for_permit``); ``stop`` ends that wait and
+    hands the job back, rather than hold it until the drain runs out."""
+    if stop is None:
+        stop = asyncio.Event()  # never set: only the budget, the lease or the deadline ends the wait
     unused = permit
     try:
         try:
@@ -240,11 +303,15 @@ async def run_attempt(deps: ExecutionDeps, job: ClaimedJob, permit: Permit | Non
         heartbeat = asyncio.create_task(_heartbeat(deps, job, lost))
         try:
             unused = None  # from here the call owns the permit: it releases or cancels it
-            result = await _call_within_budget(deps, job, pages, model, lost, permit=permit)
+            result = await _call_within_budget(deps, job, pages, model, lost, stop=stop, permit=permit)
         except LeaseLost:
             logger.warning("lease lost; attempt abandoned")
             await asyncio.to_thread(_record_discarded, deps, job, None)
             return AttemptReport(AttemptEnd.LOST, model=model)
+        except HandBack:
+            logger.info("stopping before the call; the job is handed back")
+            released = await asyncio.to_thread(release_job, deps.db, deps.clock, job)
+            return AttemptReport(AttemptEnd.RETRY_SCHEDULED if released else AttemptEnd.LOST, model=model)
         finally:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -291,24 +358,26 @@ async def _call_within_budget(
     model: str,
     lost: asyncio.Event,
     *,
+    stop: asyncio.Event,
     permit: Permit | None = None,
 ) -> LlmResult:
-    if permit is not None and lost.is_set():
+    if permit is None:
+        try:
+            waited = await wait_for_permit(deps, job.estimated_tokens, stop, Holding(job, lost))
+        except LimiterUnavailable as error:
+            # Fail closed: no budget, no call. The claim has spent the attempt already, so the attempt ends
+            # as transient and the job is retried on its schedule.
+            return LlmResult(OutcomeClass.TRANSIENT, model, error=f"limiter unavailable: {error}")
+        if waited is NoPermit.LEASE_LOST:
+            raise LeaseLost
+        if waited is NoPermit.STOPPED:
+            raise HandBack
+        if waited is NoPermit.DEADLINE:
+            return LlmResult(OutcomeClass.TIMEOUT, model, error="no provider budget before the deadline")
+        permit = waited
+    elif lost.is_set():
         await _cancel_quietly(deps, permit)
         raise LeaseLost
-    reservation = Reservation(deps.provider_pool, job.estimated_tokens)
-    while permit is None:
-        if lost.is_set():
-            raise LeaseLost
-        try:
-            granted = await asyncio.to_thread(deps.limiter.try_acquire, reservation)
-        except LimiterUnavailable as error:
-            # Fail closed: no budget, no call. The attempt ends as transient and is retried later.
-            return LlmResult(OutcomeClass.TRANSIENT, model, error=f"limiter unavailable: {error}")
-        if isinstance(granted, Denied):
-            await deps.sleep(min(granted.wait_seconds, deps.heartbeat_seconds))
-            continue
-        permit = granted
 
     remaining = (job.deadline_at - deps.clock.now()).total_seconds()
     timeout = max(min(deps.retry_policy.attempt_timeout_seconds, remaining), 1.0)

@@ -3,8 +3,9 @@
 Ingress wakes idle slots when it records events; slots also look for work on their own every few seconds,
 so a lost signal only delays work. A slot takes the provider budget before it claims a job: while the budget
 is the bottleneck, waiting slots hold permits-to-be, not jobs, so each call that can go out goes to the job
-the fair claim picks at that moment. On stop, slots claim nothing more and in-flight attempts get
-``drain_seconds`` to finish; what is still running then is handed back (RETRY_SCHEDULED, fence moved).
+the fair claim picks at that moment. On stop, slots claim nothing more, an attempt still waiting for budget
+hands its job back at once, and calls in flight get ``drain_seconds`` to finish; what is still running then
+is handed back (RETRY_SCHEDULED, fence moved).
 """
 
 from __future__ import annotations
@@ -85,16 +86,16 @@ async def _run_slot(
             wake.clear()
             await _wait(wake, config.idle_seconds)
             continue
-        await _run_guarded(deps, claimed)
+        await _run_guarded(deps, claimed, stop)
         on_activity()
 
 
-async def _run_guarded(deps: ExecutionDeps, claimed: Claimed) -> None:
+async def _run_guarded(deps: ExecutionDeps, claimed: Claimed, stop: asyncio.Event) -> None:
     job = claimed.job
     # Each slot is its own task, so these keys stay on this attempt's lines, threads it starts included.
     with log_context(**job_log_keys(job)):
         try:
-            await run_attempt(deps, job, claimed.permit)
+            await run_attempt(deps, job, claimed.permit, stop=stop)
         except asyncio.CancelledError:
             # Shutdown ran out of time: hand the job back rather than leave it to the lease reaper.
             await asyncio.to_thread(release_job, deps.db, deps.clock, job)

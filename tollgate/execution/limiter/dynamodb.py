@@ -38,6 +38,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
@@ -88,6 +89,22 @@ WRITES_PER_REQUEST = 3.0
 # After a failure the table is left alone this long, so an outage does not cost every caller a timeout.
 UNREACHABLE_BACKOFF_SECONDS = 1.0
 LOCAL_PERMIT_PREFIX = "local:"
+
+
+def shard_permit_id(shard: int, unique: str) -> str:
+    """A permit's id names the shard item it is held in, so its release, resize and cancel find it."""
+    return f"{shard}.{unique}"
+
+
+def local_permit_id(unique: str) -> str:
+    return LOCAL_PERMIT_PREFIX + unique
+
+
+def shard_of(permit_id: str) -> int | None:
+    """The shard item a permit is held in; None for one the local allowance granted, which is in no item."""
+    if permit_id.startswith(LOCAL_PERMIT_PREFIX):
+        return None
+    return int(permit_id.split(".", 1)[0])
 
 
 def derive_shards(requests_per_minute: float, max_in_flight: int, configured: int = 0) -> int:
@@ -208,6 +225,15 @@ class _Update:
             **({"ExpressionAttributeValues": self.values} if self.values else {}),
         }
 
+    def add_to_total(self, attribute: str, amount: float) -> None:
+        """A running total; items made before the attribute existed count from zero."""
+        name = self.name(attribute)
+        self.sets.append(f"{name} = if_not_exists({name}, {self.value(0)}) + {self.value(amount)}")
+
+    def keep_item(self, now: float) -> None:
+        """Moves the item's expiry on: only a pool that nobody acquires or releases from loses its item."""
+        self.sets.append(f"{self.name(TTL_ATTRIBUTE)} = {self.value(now + POOL_ITEM_TTL_SECONDS)}")
+
     def take(self, attribute: str, full_at: float, now: float, cost: float, window: float) -> None:
         """``full_at = max(full_at, now) + cost`` if there is room for ``cost``; else the write fails."""
         name = self.name(attribute)
@@ -235,6 +261,15 @@ class _Update:
         else:
             self.conditions.append(f"{name} < {self.value(pivot)}")
             self.sets.append(f"{name} = {self.value(floor)}")
+
+
+class _Plan(Enum):
+    READ_AGAIN = "read_again"  # the copy planned from may be out of date for this answer: read, then plan
+
+
+class _Unwritten(Enum):
+    GONE = "gone"
+    CONTENDED = "contended"
 
 
 class _ConditionFailed(Exception):
@@ -267,7 +302,7 @@ class LocalAllowance:
                 return Denied(max(wait, 0.0), "limiter_unavailable")
             self._granted.append(now)
             return Permit(
-                LOCAL_PERMIT_PREFIX + permit_id,
+                local_permit_id(permit_id),
                 reservation.pool,
                 reservation.tokens,
                 now + timedelta(seconds=self._ttl),
@@ -333,7 +368,7 @@ class DynamoDbLimiter:
         denials: list[Denied] = []
         try:
             for shard in order:
-                result = self._acquire_on(reservation, shard, f"{shard}.{permit_id}", now)
+                result = self._acquire_on(reservation, shard, shard_permit_id(shard, permit_id), now)
                 if isinstance(result, Permit):
                     return result
                 if result.reason == "cooldown":  # every shard has it: asking another one cannot help
@@ -346,9 +381,9 @@ class DynamoDbLimiter:
         return min(denials, key=lambda denied: denied.wait_seconds)
 
     def release(self, permit: Permit, outcome: Outcome) -> None:
-        if permit.permit_id.startswith(LOCAL_PERMIT_PREFIX):
+        shard = shard_of(permit.permit_id)
+        if shard is None:
             return  # granted by the local allowance: nothing of it is in the table
-        shard = int(permit.permit_id.split(".", 1)[0])
         now = self._clock.now()
         try:
             self._release_on(permit, outcome, shard, now)
@@ -365,25 +400,23 @@ class DynamoDbLimiter:
 
     def resize(self, permit: Permit, tokens: int) -> Permit:
         resized = dataclasses.replace(permit, tokens=tokens)
-        if tokens == permit.tokens or permit.permit_id.startswith(LOCAL_PERMIT_PREFIX):
+        shard = shard_of(permit.permit_id)
+        if tokens == permit.tokens or shard is None:
             return resized
-        shard = int(permit.permit_id.split(".", 1)[0])
         key = self._key(permit.pool, shard)
         now = self._clock.now().timestamp()
 
-        def plan(state: ShardState) -> _Update:
+        def plan(state: ShardState, fresh: bool) -> _Update:
             update = _Update()
             _, tokens_per_second, _ = self._effective(state, shard)
             delta = (tokens - permit.tokens) / tokens_per_second
             # Like a charge at release, it lands on the bucket as it is now, even past empty: the call is
             # about to be sent, and the next acquires wait for the debt instead.
             update.raise_to(TOKENS, state.tokens_full_at, delta, now + delta if delta > 0 else -math.inf)
-            sent = update.name(TOKENS_SENT)
-            change = update.value(tokens - permit.tokens)
-            update.sets.append(f"{sent} = if_not_exists({sent}, {update.value(0)}) + {change}")
+            update.add_to_total(TOKENS_SENT, tokens - permit.tokens)
             return update
 
-        if not self._write_planned(key, plan):
+        if self._write_planned(key, plan) is _Unwritten.CONTENDED:
             raise LimiterUnavailable("the limiter item stayed contended while resizing a reservation")
         with self._lock:
             at_grant = self._sent_at_grant.get(permit.permit_id)
@@ -393,27 +426,30 @@ class DynamoDbLimiter:
         return resized
 
     def cancel(self, permit: Permit) -> None:
-        if permit.permit_id.startswith(LOCAL_PERMIT_PREFIX):
+        shard = shard_of(permit.permit_id)
+        if shard is None:
             return  # the local allowance keeps no permits, and its window is this process's alone
-        shard = int(permit.permit_id.split(".", 1)[0])
-        key = self._key(permit.pool, shard)
         with self._lock:
             self._sent_at_grant.pop(permit.permit_id, None)
-        try:
-            state = self._remembered(key) or self._read(key)
+
+        def plan(state: ShardState, fresh: bool) -> _Update | None:
+            # Only a permit still in the item gives anything back, so a second cancel, or one after the permit
+            # lapsed and was reclaimed, cannot return more than its acquire took. The condition decides; a
+            # remembered copy may predate the grant, so only a fresh one is trusted to say it is gone.
+            if fresh and permit.permit_id not in state.permits:
+                return None
             requests_per_second, tokens_per_second, _ = self._effective(state, shard)
             update = _Update()
-            # Only a permit still in the item gives anything back, so a second cancel, or one after the permit
-            # lapsed and was reclaimed, cannot return more than its acquire took.
             update.conditions.append(f"attribute_exists({update.permit(permit.permit_id)})")
             update.removes.append(update.permit(permit.permit_id))
             update.raise_to(REQUESTS, state.requests_full_at, -1 / requests_per_second, -math.inf)
             update.raise_to(TOKENS, state.tokens_full_at, -permit.tokens / tokens_per_second, -math.inf)
             # The running totals of what was granted keep the cancelled grant: read against a provider's
             # headroom they then count a call more than was sent, which errs on the safe side.
-            self._remember(key, self._write(key, update))
-        except _ConditionFailed:
-            return  # the permit (or the whole item) is gone already: there is nothing to give back
+            return update
+
+        try:
+            self._write_planned(self._key(permit.pool, shard), plan)
         except LimiterUnavailable:
             # Giving back is a courtesy: the permit lapses at its expiry, and until then the budget errs on
             # the safe side.
@@ -431,12 +467,9 @@ class DynamoDbLimiter:
     def _acquire_on(
         self, reservation: Reservation, shard: int, permit_id: str, now: datetime
     ) -> Permit | Denied:
-        key = self._key(reservation.pool, shard)
-        state, fresh = self._remembered(key), False
-        if state is None:
-            state, fresh = self._read(key), True
         expires_at = now + timedelta(seconds=self._ttl)
-        for _ in range(MAX_ROUNDS):
+
+        def plan(state: ShardState, fresh: bool) -> _Update | _Plan | Denied:
             verdict, update = self._plan_acquire(
                 state,
                 shard=shard,
@@ -445,26 +478,25 @@ class DynamoDbLimiter:
                 now_at=now,
                 expires_at=expires_at,
             )
-            if verdict is not None:
-                # A cooldown only ever lengthens, so that denial stands. Any other one, read from an older
-                # state, may be out of date (permits released, tokens refunded since): waiting callers look
-                # again with a read, which costs a fraction of a failed conditional write.
-                if fresh or verdict.reason == "cooldown":
-                    return verdict
-                state, fresh = self._read(key), True
-                continue
-            try:
-                granted = self._write(key, update)
-            except _ConditionFailed as failed:
-                state, fresh = self._state_after_failure(key, failed), True
-                continue
-            self._remember(key, granted)
-            with self._lock:
-                if len(self._sent_at_grant) >= MAX_TRACKED_PERMITS:
-                    self._sent_at_grant.pop(next(iter(self._sent_at_grant)))  # the oldest; its holder is gone
-                self._sent_at_grant[permit_id] = (granted.requests_sent, granted.tokens_sent)
-            return Permit(permit_id, reservation.pool, reservation.tokens, expires_at)
-        return Denied(CONTENTION_WAIT_SECONDS * (1 + self._jitter()), "contention")
+            if verdict is None:
+                return update
+            # A cooldown only ever lengthens, so that denial stands. Any other one, read from an older state,
+            # may be out of date (permits released, tokens refunded since): waiting callers look again with a
+            # read, which costs a fraction of a failed conditional write.
+            return verdict if fresh or verdict.reason == "cooldown" else _Plan.READ_AGAIN
+
+        # An acquire makes a missing item (a new pool, or one whose item expired): the first caller's grant
+        # comes from a full bucket.
+        granted = self._write_planned(self._key(reservation.pool, shard), plan, make_missing=True)
+        if isinstance(granted, Denied):
+            return granted
+        if not isinstance(granted, ShardState):
+            return Denied(CONTENTION_WAIT_SECONDS * (1 + self._jitter()), "contention")
+        with self._lock:
+            if len(self._sent_at_grant) >= MAX_TRACKED_PERMITS:
+                self._sent_at_grant.pop(next(iter(self._sent_at_grant)))  # the oldest; its holder is gone
+            self._sent_at_grant[permit_id] = (granted.requests_sent, granted.tokens_sent)
+        return Permit(permit_id, reservation.pool, reservation.tokens, expires_at)
 
     def _plan_acquire(
         self,
@@ -505,11 +537,9 @@ class DynamoDbLimiter:
             wait = bucket_wait(full_at, now, cost)
             if wait > 0:
                 waits.append((wait, reason))
-        for attribute, amount in ((REQUESTS_SENT, 1), (TOKENS_SENT, tokens)):
-            name = update.name(attribute)
-            update.sets.append(f"{name} = if_not_exists({name}, {update.value(0)}) + {update.value(amount)}")
-
-        update.sets.append(f"{update.name(TTL_ATTRIBUTE)} = {update.value(now + POOL_ITEM_TTL_SECONDS)}")
+        update.add_to_total(REQUESTS_SENT, 1)
+        update.add_to_total(TOKENS_SENT, tokens)
+        update.keep_item(now)
         if not waits:
             return None, update
         # Every dimension must have room at once, so the longest wait is the earliest chance.
@@ -519,29 +549,27 @@ class DynamoDbLimiter:
     # -- release ---------------------------------------------------------------------------------------
 
     def _release_on(self, permit: Permit, outcome: Outcome, shard: int, now_at: datetime) -> None:
-        key = self._key(permit.pool, shard)
-        if not self._write_planned(
-            key, lambda state: self._plan_release(state, permit, outcome, shard, now_at)
-        ):
+        # Taken once, not in the plan: a plan runs again after a failed condition, and must find it again.
+        with self._lock:
+            sent_at_grant = self._sent_at_grant.pop(permit.permit_id, None)
+        written = self._write_planned(
+            self._key(permit.pool, shard),
+            lambda state, fresh: self._plan_release(
+                state, permit, outcome, shard=shard, now_at=now_at, sent_at_grant=sent_at_grant
+            ),
+        )
+        if written is _Unwritten.CONTENDED:
             logger.warning("limiter release gave up under contention", extra={"pool": permit.pool})
 
-    def _write_planned(self, key: str, plan: Callable[[ShardState], _Update]) -> bool:
-        """Writes ``plan(state)``, planning again from the item a failed condition returns, for at most
-        MAX_ROUNDS. True when written, or when the item is gone (an expired pool, and its permits with it);
-        False when the item stayed contended throughout."""
-        state = self._remembered(key) or self._read(key)
-        for _ in range(MAX_ROUNDS):
-            try:
-                self._remember(key, self._write(key, plan(state)))
-                return True
-            except _ConditionFailed as failed:
-                if failed.item is None:
-                    return True
-                state = self._state_after_failure(key, failed)
-        return False
-
     def _plan_release(
-        self, state: ShardState, permit: Permit, outcome: Outcome, shard: int, now_at: datetime
+        self,
+        state: ShardState,
+        permit: Permit,
+        outcome: Outcome,
+        *,
+        shard: int,
+        now_at: datetime,
+        sent_at_grant: tuple[float, float] | None,
     ) -> _Update:
         now = now_at.timestamp()
         update = _Update()
@@ -566,12 +594,10 @@ class DynamoDbLimiter:
                 floor = now + delta
         # The provider's remaining headroom, when lower than ours, is the truth: this shard may hold no more
         # than its share of it (1/K). That also corrects a refund the provider does not make.
-        acquired_at = permit.expires_at.timestamp() - self._ttl
-        with self._lock:
-            sent = self._sent_at_grant.pop(permit.permit_id, None)
+        acquired_at = self._granted_at(permit)
         requests_since, tokens_since = (
-            (max(0.0, state.requests_sent - sent[0]), max(0.0, state.tokens_sent - sent[1]))
-            if sent
+            (max(0.0, state.requests_sent - sent_at_grant[0]), max(0.0, state.tokens_sent - sent_at_grant[1]))
+            if sent_at_grant
             else (0.0, 0.0)
         )
         if headroom.remaining_tokens is not None:
@@ -597,7 +623,7 @@ class DynamoDbLimiter:
             else:
                 update.conditions.append(f"{share} > {update.value(limit)}")
                 update.sets.append(f"{share} = {update.value(1.0)}")
-        update.sets.append(f"{update.name(TTL_ATTRIBUTE)} = {update.value(now + POOL_ITEM_TTL_SECONDS)}")
+        update.keep_item(now)
         return update
 
     def _headroom_floor(
@@ -624,8 +650,7 @@ class DynamoDbLimiter:
             update.sets.append(f"{cooldown} = {update.value(until)}")
         # Calls sent before the last decrease met the old rate; their 429s are that rate's, already answered.
         # Like TCP, which halves once per window, not once per lost packet.
-        acquired_at = permit.expires_at.timestamp() - self._ttl
-        if acquired_at > state.decreased_at:
+        if self._granted_at(permit) > state.decreased_at:
             share = update.name(SHARE)
             update.conditions.append(f"{share} = {update.value(state.share)}")
             update.sets.append(f"{share} = {update.value(self._aimd.decreased(state.share))}")
@@ -633,22 +658,56 @@ class DynamoDbLimiter:
 
     def _spread_throttle(self, permit: Permit, outcome: Outcome, shard: int, now_at: datetime) -> None:
         """The cooldown and the decrease reach every shard: the provider limits the pool, not a shard."""
-        key = self._key(permit.pool, shard)
-        state = self._remembered(key) or self._read(key)
-        for _ in range(MAX_ROUNDS):
+
+        def plan(state: ShardState, fresh: bool) -> _Update | None:
             update = _Update()
             self._plan_throttle(update, state, permit, outcome, now_at.timestamp())
-            if not update.sets:
-                return
-            try:
-                self._remember(key, self._write(key, update))
-                return
-            except _ConditionFailed as failed:
-                if failed.item is None:
-                    return
-                state = self._state_after_failure(key, failed)
+            return update if update.sets else None  # this shard has heard of it already
+
+        self._write_planned(self._key(permit.pool, shard), plan)
 
     # -- state and the table ---------------------------------------------------------------------------
+
+    def _write_planned(
+        self,
+        key: str,
+        plan: Callable[[ShardState, bool], _Update | _Plan | Denied | None],
+        *,
+        make_missing: bool = False,
+    ) -> ShardState | Denied | _Unwritten | None:
+        """Every conditional write of a shard item goes through here: writes ``plan(state, fresh)``, and
+        when its condition fails plans again from the item the failure returns, for at most MAX_ROUNDS.
+
+        ``fresh`` is False for this process's copy of the item from an earlier call (it saves a read per
+        call, but may be out of date) and True for one just read or returned by DynamoDB. A plan returns
+        the update to write, ``_Plan.READ_AGAIN`` to be given a strongly consistent copy first, or what it
+        settled on without writing: a denial, or None for nothing to do. A plan may run once a round, so it
+        changes nothing itself.
+
+        Returns the item as written, what the plan settled on, CONTENDED when no round's condition held,
+        or GONE when the item does not exist (an expired pool, and its permits with it) unless
+        ``make_missing`` has it made again, full.
+        """
+        state, fresh = self._remembered(key), False
+        if state is None:
+            state, fresh = self._read(key), True
+        for _ in range(MAX_ROUNDS):
+            planned = plan(state, fresh)
+            if planned is _Plan.READ_AGAIN:
+                state, fresh = self._read(key), True
+                continue
+            if not isinstance(planned, _Update):
+                return planned
+            try:
+                written = self._write(key, planned)
+            except _ConditionFailed as failed:
+                if failed.item is None and not make_missing:
+                    return _Unwritten.GONE
+                state, fresh = self._state_after_failure(key, failed), True
+                continue
+            self._remember(key, written)
+            return written
+        return _Unwritten.CONTENDED
 
     def _effective(self, state: ShardState, shard: int) -> tuple[float, float, int]:
         """This shard's requests/s, tokens/s and in-flight cap now: 1/K of the ceiling (lowered to what the
@@ -658,6 +717,10 @@ class DynamoDbLimiter:
         tokens = capped_ceiling(self._tpm, state.provider_tpm) / self._shards / 60.0 * share
         cap = max(1, math.ceil(self._in_flight_caps[shard] * share))
         return requests, tokens, cap
+
+    def _granted_at(self, permit: Permit) -> float:
+        """Every permit expires the same TTL after its grant, so its expiry says when it was granted."""
+        return permit.expires_at.timestamp() - self._ttl
 
     def _jitter(self) -> float:
         with self._lock:
