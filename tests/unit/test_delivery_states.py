@@ -9,7 +9,7 @@ from tollgate.db import load_queries
 from tollgate.delivery.states import (
     TRANSITIONS,
     DeliveryState,
-    IllegalDeliveryTransition,
+    IllegalTransition,
     can_transition,
     checked_transition,
 )
@@ -33,12 +33,12 @@ def test_a_replay_brings_every_state_back_to_pending():
 
 
 def test_a_delivered_delivery_cannot_be_marked_failed():
-    with pytest.raises(IllegalDeliveryTransition, match="DELIVERED to FAILED"):
+    with pytest.raises(IllegalTransition, match="DELIVERED to FAILED"):
         checked_transition(DeliveryState.DELIVERED, DeliveryState.FAILED)
 
 
 def test_checked_transition_refuses_when_any_source_cannot_move():
-    with pytest.raises(IllegalDeliveryTransition):
+    with pytest.raises(IllegalTransition):
         checked_transition(frozenset(DeliveryState), DeliveryState.DELIVERED)
     assert checked_transition(frozenset(DeliveryState), DeliveryState.PENDING) is DeliveryState.PENDING
 

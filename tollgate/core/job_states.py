@@ -4,6 +4,19 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from tollgate.core.state_machine import IllegalTransition, StateMachine
+
+__all__ = [
+    "CANCELLABLE_STATES",
+    "TERMINAL_STATES",
+    "TRANSITIONS",
+    "UNFINISHED_STATES",
+    "IllegalTransition",
+    "JobState",
+    "can_transition",
+    "checked_transition",
+]
+
 
 class JobState(StrEnum):
     READY = "READY"
@@ -41,22 +54,6 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 
 CANCELLABLE_STATES = frozenset(s for s, targets in TRANSITIONS.items() if JobState.CANCELLED in targets)
 
-
-def can_transition(source: JobState, target: JobState) -> bool:
-    return target in TRANSITIONS[source]
-
-
-class IllegalTransition(ValueError):
-    """A use case asked for a state change the state machine does not have: a bug, never a user's error."""
-
-
-def checked_transition(sources: JobState | frozenset[JobState], target: JobState) -> JobState:
-    """``target``, once every state in ``sources`` may move to it; raises ``IllegalTransition`` otherwise.
-
-    Each use case that changes a job's state calls this with the states its SQL moves the job from (the
-    query's ``WHERE state ...``) and the state it writes, before running the query.
-    """
-    for source in (sources,) if isinstance(sources, JobState) else sorted(sources):
-        if not can_transition(source, target):
-            raise IllegalTransition(f"a job cannot go from {source} to {target}")
-    return target
+JOB_STATE_MACHINE = StateMachine("job", TRANSITIONS)
+can_transition = JOB_STATE_MACHINE.can_transition
+checked_transition = JOB_STATE_MACHINE.checked_transition

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from tollgate.core.state_machine import IllegalTransition, StateMachine
+
+__all__ = ["TRANSITIONS", "DeliveryState", "IllegalTransition", "can_transition", "checked_transition"]
+
 
 class DeliveryState(StrEnum):
     PENDING = "PENDING"
@@ -24,20 +28,6 @@ TRANSITIONS: dict[DeliveryState, frozenset[DeliveryState]] = {
 }
 
 
-def can_transition(source: DeliveryState, target: DeliveryState) -> bool:
-    return target in TRANSITIONS[source]
-
-
-class IllegalDeliveryTransition(ValueError):
-    """A use case asked for a delivery state change the table does not have: a bug, never a user's error."""
-
-
-def checked_transition(
-    sources: DeliveryState | frozenset[DeliveryState], target: DeliveryState
-) -> DeliveryState:
-    """``target``, once every state in ``sources`` may move to it; raises otherwise. The delivery code calls
-    it with the states its SQL moves a delivery from and the state it writes, before writing."""
-    for source in (sources,) if isinstance(sources, DeliveryState) else sorted(sources):
-        if not can_transition(source, target):
-            raise IllegalDeliveryTransition(f"a delivery cannot go from {source} to {target}")
-    return target
+DELIVERY_STATE_MACHINE = StateMachine("delivery", TRANSITIONS)
+can_transition = DELIVERY_STATE_MACHINE.can_transition
+checked_transition = DELIVERY_STATE_MACHINE.checked_transition
