@@ -244,8 +244,9 @@ def test_a_slot_that_finds_its_job_taken_gives_the_whole_permit_back(tenant, sys
 
 
 def test_the_permit_reserves_the_claimed_jobs_estimate_not_the_peeked_one(make_tenant, system_db, clean_db):
-    # Given a small job that the claim would pick first and a larger one of another tenant
-    small_tenant, large_tenant = make_tenant("small"), make_tenant("large")
+    # Given a small job that the claim would pick first and a larger one of another tenant (both tenants
+    # are new, so neither has had any work: on a tie in virtual time the newer tenant goes first)
+    large_tenant, small_tenant = make_tenant("large"), make_tenant("small")
     small_tenant.client.submit(invoice_request(TEXT), "s")
     large_id = large_tenant.client.submit(invoice_request(TEXT + "\n" + "line " * 4000), "l").json["job_id"]
     small_tokens, large_tokens = (

@@ -87,7 +87,8 @@ def test_a_stopping_worker_hands_back_a_job_that_waits_for_budget_without_waitin
 ) -> None:
     # Given a slot holding a job without a permit: another worker took the job its permit was sized for,
     # the resize to the job it claimed instead found the budget unreachable, and now the budget is full
-    small_tenant, large_tenant = make_tenant("small"), make_tenant("large")
+    # (both tenants are new: on a tie in virtual time the newer one, the small job's, goes first)
+    large_tenant, small_tenant = make_tenant("large"), make_tenant("small")
     small_tenant.client.submit(invoice_request(TEXT), "s")
     large_id = large_tenant.client.submit(invoice_request(TEXT + "\n" + "line " * 4000), "l").json["job_id"]
     clock = FakeClock(SystemClock().now())

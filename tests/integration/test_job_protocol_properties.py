@@ -309,6 +309,12 @@ class JobProtocol(RuleBasedStateMachine):
 
     def claim(self, worker: str) -> None:
         now = self.clock.now()
+        # A claim that meets a queued job past its deadline ends it, as the scheduler would have.
+        expiring = [
+            j
+            for j in self.jobs.values()
+            if j.state in {JobState.READY, JobState.RETRY_SCHEDULED} and j.deadline_at <= now
+        ]
         claimed = claim_next_job(
             self.system_db,
             self.clock,
@@ -316,6 +322,12 @@ class JobProtocol(RuleBasedStateMachine):
             lease_seconds=LEASE_SECONDS,
             tenant_cap=self.tenant_cap,
         )
+        for job in expiring:
+            ended = self.owner.execute(
+                "SELECT state FROM extraction_jobs WHERE job_id = %s", (job.job_id,)
+            ).fetchone()
+            if ended is not None and ended["state"] == JobState.FAILED_TERMINAL:
+                job.leave_running(JobState.FAILED_TERMINAL, "deadline_exceeded", move_fence=True)
         eligible = self.claimable(now)
         if claimed is None:
             assert not eligible, f"nothing was claimed although {len(eligible)} job(s) could run"
@@ -522,6 +534,22 @@ class JobProtocol(RuleBasedStateMachine):
             assert announced <= 1, "a job announces at most one result"
             assert kinds == job.events
             assert audits[job_id] == job.audits
+        self.counters_match_a_recount()
+
+    def counters_match_a_recount(self) -> None:
+        """The run-queue rows and backlog shards the trigger keeps equal a recount of the jobs, and the
+        model's own count of what is unfinished, running and queued."""
+        for tenant in self.tenants:
+            kept = self.owner.execute(QUEUE_SQL, {"tenant": tenant}).fetchone()
+            recounted = self.owner.execute(RECOUNT_SQL, {"tenant": tenant}).fetchone()
+            assert kept == recounted, f"tenant {tenant}'s counters drifted from a recount"
+            mine = [j for j in self.jobs.values() if j.tenant_id == tenant]
+            assert kept["pending_jobs"] == sum(not j.state.is_terminal for j in mine)
+            assert kept["running_jobs"] == sum(j.state is JobState.RUNNING for j in mine)
+            assert kept["ready_jobs"] == sum(j.state is JobState.READY for j in mine)
+            assert kept["retry_jobs"] == sum(j.state is JobState.RETRY_SCHEDULED for j in mine)
+        shards = self.owner.execute(SHARDS_SQL).fetchone()
+        assert (shards["unfinished"], shards["running"]) == (shards["counted"], shards["counted_running"])
 
     def check_transition(self, job_id: UUID, row: dict[str, Any], audits: int) -> None:
         """Whatever the model says: a state moves only along the table, and a terminal row never changes
@@ -558,6 +586,19 @@ EVENTS_SQL = """
 SELECT aggregate_id AS job_id, event_type, payload->>'reason' AS reason
 FROM outbox_events WHERE tenant_id = ANY(%(tenants)s)"""
 AUDIT_SQL = "SELECT target FROM support_audit WHERE action = 'job_retry' AND target = ANY(%(targets)s)"
+QUEUE_SQL = """
+SELECT pending_jobs, pending_bytes, pending_tokens, running_jobs, ready_jobs, retry_jobs,
+       next_ready_at::text AS next_ready_at
+FROM tenant_queues WHERE tenant_id = %(tenant)s"""
+RECOUNT_SQL = """
+SELECT pending_jobs, pending_bytes, pending_tokens, running_jobs, ready_jobs, retry_jobs,
+       next_ready_at::text AS next_ready_at
+FROM tenant_queue_recount(%(tenant)s)"""
+SHARDS_SQL = """
+SELECT (SELECT sum(unfinished) FROM backlog_shards) AS unfinished,
+       (SELECT sum(running) FROM backlog_shards) AS running,
+       (SELECT count(*) FROM extraction_jobs WHERE state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')) AS counted,
+       (SELECT count(*) FROM extraction_jobs WHERE state = 'RUNNING') AS counted_running"""
 SET_ASIDE_SQL = """
 UPDATE extraction_jobs
 SET state = 'CANCELLED', finished_at = now(), lease_owner = NULL, lease_until = NULL, next_attempt_at = NULL

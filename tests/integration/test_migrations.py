@@ -12,6 +12,7 @@ import pytest
 from tollgate.core.job_states import CANCELLABLE_STATES, UNFINISHED_STATES, JobState
 from tollgate.db.migrations import MigrationError, apply_migrations, read_migrations
 from tollgate.delivery.states import DeliveryState
+from tollgate.settings import MIGRATIONS_DIR
 
 pytestmark = pytest.mark.integration
 
@@ -111,8 +112,13 @@ def test_sql_state_lists_match_the_state_machine():
     q = load_queries()
     assert "state IN ('READY', 'RETRY_SCHEDULED')" in q.cancel_job
     assert {JobState.READY, JobState.RETRY_SCHEDULED} == CANCELLABLE_STATES
+    # Unfinished work is counted by the run-queue trigger and recounted by its reconciliation (migration 0010).
     unfinished_sql = "state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')"
-    assert unfinished_sql in q.tenant_pending_usage
+    run_queues = (MIGRATIONS_DIR / "0010_run_queues.sql").read_text()
+    trigger = run_queues[run_queues.index("CREATE FUNCTION track_job_queues") :]
+    recount = run_queues[run_queues.index("CREATE FUNCTION tenant_queue_recount") :]
+    assert unfinished_sql in trigger[: trigger.index("$$;")]
+    assert unfinished_sql in recount[: recount.index("$$;")]
     assert {JobState.READY, JobState.RUNNING, JobState.RETRY_SCHEDULED} == UNFINISHED_STATES
 
 

@@ -85,11 +85,12 @@ def test_every_producer_builds_its_event_through_the_events_module():
             writers.append(path.relative_to(REPO_ROOT).as_posix())
             problems += hand_built_events(source, path.relative_to(REPO_ROOT).as_posix())
     assert problems == [], "build payloads with tollgate.events models and outbox_row(...)"
-    # The check saw the four producers: it is looking where events are written.
+    # The check saw the four producers (leasing ends jobs for the scheduler and the claim): it is looking
+    # where events are written.
     assert {
         "tollgate/accept/service.py",
         "tollgate/execution/attempt.py",
-        "tollgate/scheduler/tick.py",
+        "tollgate/execution/leasing.py",
         "tollgate/support/service.py",
     } <= set(writers)
 

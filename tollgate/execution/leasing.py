@@ -1,9 +1,10 @@
 """Claiming jobs with a lease and a fence, and keeping the lease alive while the attempt runs.
 
-The claim is one short transaction: pick fairly across tenants, move the job to RUNNING with attempt+1 and
-fence+1, open the attempt record, commit. Inference runs after that commit. A worker claims only once it
-holds the provider budget for a call (sized by ``peek_next_job``), so a claimed job never waits for budget
-and the claim's choice across tenants is made when a call can go out. A heartbeat extends the lease only
+The claim is one short transaction: pick fairly across tenants (the per-tenant run-queue of migration
+0010), move the job to RUNNING with attempt+1 and fence+1, open the attempt record, commit. Inference runs
+after that commit. A worker claims only once it holds the provider budget for a call (sized by
+``peek_next_job``), so a claimed job never waits for budget and the claim's choice across tenants is made
+when a call can go out. A heartbeat extends the lease only
 while the fence still matches; when it does not, the attempt has lost the job and must stop.
 """
 
@@ -13,9 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from tollgate.core.clock import Clock
+from psycopg.types.json import Jsonb
+
+from tollgate.core.clock import Clock, IdFactory, new_id
 from tollgate.core.job_states import JobState, checked_transition
 from tollgate.db import Database
+from tollgate.db.database import Conn
+from tollgate.events import ExtractionFailed, outbox_row
 
 
 @dataclass(frozen=True)
@@ -33,43 +38,115 @@ class ClaimedJob:
     state_version: int
 
 
+# How many tenants a claim looks at per read of the run-queue, and how many it tries in all before it
+# answers "nothing": a tenant it cannot take from (its jobs held by other workers that very moment, or none
+# due after all) costs one probe, never a scan.
+TENANTS_PER_READ = 8
+TENANTS_PER_CLAIM = 32
+# Tenants promoted into the run-queue per claim, and jobs found past their deadline that one claim ends.
+PROMOTIONS_PER_CLAIM = 16
+EXPIRIES_PER_CLAIM = 64
+# Before every tenant in the run-queue's order (vtime ascending, then seq descending).
+_BEFORE_EVERY_TENANT = (-1.0, 2**63 - 1)
+
+
 def claim_next_job(
-    db: Database, clock: Clock, *, worker_id: str, lease_seconds: float, tenant_cap: int
+    db: Database,
+    clock: Clock,
+    *,
+    worker_id: str,
+    lease_seconds: float,
+    tenant_cap: int,
+    new_id: IdFactory = new_id,
 ) -> ClaimedJob | None:
+    """The fair claim: the runnable tenant with the least virtual time, then its best job (DESIGN §4).
+
+    One short transaction of index reads, whatever the number of tenants, jobs or waiting retries: promote
+    the few tenants whose time has come, walk the run-queue from the least virtual time, and take the first
+    tenant's best job that no other worker holds. A job met past its deadline is ended here, with its
+    event, instead of being stepped over (each such job costs one claim this once, never every claim).
+    """
     now = clock.now()
     checked_transition(frozenset({JobState.READY, JobState.RETRY_SCHEDULED}), JobState.RUNNING)
+    params = {"now": now, "worker_id": worker_id, "lease_until": now + timedelta(seconds=lease_seconds)}
+    expired = tried = 0
     with db.transaction() as conn:
-        row = conn.execute(
-            db.q.claim_next_job,
-            {
-                "now": now,
-                "worker_id": worker_id,
-                "lease_until": now + timedelta(seconds=lease_seconds),
-                "tenant_cap": tenant_cap,
-            },
-        ).fetchone()
-        if row is None:
-            return None
-        job = ClaimedJob(**row)
-        conn.execute(
-            db.q.insert_attempt,
-            {
-                "job_id": job.job_id,
-                "attempt": job.attempt,
-                "tenant_id": job.tenant_id,
-                "fence": job.fence,
-                "worker_id": worker_id,
-                "now": now,
-            },
-        )
-    return job
+        conn.execute(db.q.promote_waking_tenants, {"now": now, "limit": PROMOTIONS_PER_CLAIM})
+        after_vtime, after_seq = _BEFORE_EVERY_TENANT
+        while tried < TENANTS_PER_CLAIM:
+            tenants = conn.execute(
+                db.q.runnable_tenants,
+                {
+                    "tenant_cap": tenant_cap,
+                    "after_vtime": after_vtime,
+                    "after_seq": after_seq,
+                    "limit": TENANTS_PER_READ,
+                },
+            ).fetchall()
+            if not tenants:
+                return None
+            for tenant in tenants:
+                tried += 1
+                after_vtime, after_seq = tenant["vtime"], tenant["seq"]
+                while True:
+                    row = conn.execute(
+                        db.q.claim_tenant_job, {**params, "tenant_id": tenant["tenant_id"]}
+                    ).fetchone()
+                    if row is None:
+                        # Nothing due, or every due job held by another worker right now: only the first
+                        # takes the tenant out of the run-queue until its next job's time.
+                        conn.execute(db.q.demote_tenant, {"tenant_id": tenant["tenant_id"], "now": now})
+                        break
+                    outcome = row.pop("outcome")
+                    if outcome == "claimed":
+                        return ClaimedJob(**row)
+                    fail_job(conn, db, new_id, job_id=row["job_id"], fence=row["fence"], now=now)
+                    expired += 1
+                    if expired >= EXPIRIES_PER_CLAIM:
+                        return None
+    return None
+
+
+def fail_job(
+    conn: Conn,
+    db: Database,
+    new_id: IdFactory,
+    *,
+    job_id: UUID,
+    fence: int,
+    now: datetime,
+    reason: str = "deadline_exceeded",
+) -> bool:
+    """Ends an unfinished job as FAILED_TERMINAL with ``reason`` and its ``extraction.failed.v1`` event, in
+    the caller's transaction; False when the fence moved (someone else changed the job first)."""
+    checked_transition(
+        frozenset({JobState.READY, JobState.RUNNING, JobState.RETRY_SCHEDULED}), JobState.FAILED_TERMINAL
+    )
+    failed = conn.execute(
+        db.q.fail_job_terminally,
+        {"job_id": job_id, "fence": fence, "now": now, "error": Jsonb({"reason": reason})},
+    ).fetchone()
+    if failed is None:
+        return False
+    # The same event the worker writes when it ends a job: one model, so tenants get one shape of it.
+    event = ExtractionFailed(
+        job_id=job_id,
+        tenant_id=failed["tenant_id"],
+        state_version=failed["state_version"],
+        attempt=failed["attempt"],
+        reason=reason,
+    )
+    conn.execute(db.q.insert_outbox_event, outbox_row(event, event_id=new_id(), trace_context=None))
+    return True
 
 
 def peek_next_job(db: Database, clock: Clock, *, tenant_cap: int) -> int | None:
     """The estimated tokens of the job a claim would pick now, or None when nothing is runnable. Takes
     nothing: a slot sizes the budget it acquires before claiming by this."""
     with db.transaction() as conn:
-        row = conn.execute(db.q.peek_next_job, {"now": clock.now(), "tenant_cap": tenant_cap}).fetchone()
+        row = conn.execute(
+            db.q.peek_next_job, {"now": clock.now(), "tenant_cap": tenant_cap, "limit": TENANTS_PER_READ}
+        ).fetchone()
     return None if row is None else int(row["estimated_tokens"])
 
 

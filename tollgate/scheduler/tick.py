@@ -31,7 +31,7 @@ from tollgate.core.retry import Jitter, RetryPolicy, next_attempt_at
 from tollgate.db import Database
 from tollgate.db.database import Conn
 from tollgate.delivery.deliveries import DeliveryStarter, execution_name
-from tollgate.events import ExtractionFailed, outbox_row
+from tollgate.execution.leasing import fail_job
 
 logger = Logger(service="tollgate-scheduler", child=True)
 
@@ -73,26 +73,7 @@ def run_scheduler(deps: SchedulerDeps) -> SchedulerReport:
 
 
 def _fail(conn: Conn, deps: SchedulerDeps, *, job_id: UUID, fence: int, now: datetime, reason: str) -> bool:
-    q = deps.db.q
-    checked_transition(
-        frozenset({JobState.READY, JobState.RUNNING, JobState.RETRY_SCHEDULED}), JobState.FAILED_TERMINAL
-    )
-    failed = conn.execute(
-        q.fail_job_terminally,
-        {"job_id": job_id, "fence": fence, "now": now, "error": Jsonb({"reason": reason})},
-    ).fetchone()
-    if failed is None:
-        return False
-    # The same event the worker writes when it ends a job: one model, so tenants get one shape of it.
-    event = ExtractionFailed(
-        job_id=job_id,
-        tenant_id=failed["tenant_id"],
-        state_version=failed["state_version"],
-        attempt=failed["attempt"],
-        reason=reason,
-    )
-    conn.execute(q.insert_outbox_event, outbox_row(event, event_id=deps.new_id(), trace_context=None))
-    return True
+    return fail_job(conn, deps.db, deps.new_id, job_id=job_id, fence=fence, now=now, reason=reason)
 
 
 def reap_expired_leases(deps: SchedulerDeps, report: SchedulerReport) -> None:

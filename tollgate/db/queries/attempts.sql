@@ -1,9 +1,5 @@
--- job_attempts: one row per claim of a job, opened by the claim and closed by the outcome, the reaper or a
--- release. Keyed by (job_id, attempt) and written under the claim's fence, like the job itself.
-
--- name: insert_attempt
-INSERT INTO job_attempts (job_id, attempt, tenant_id, fence, worker_id, started_at)
-VALUES (%(job_id)s, %(attempt)s, %(tenant_id)s, %(fence)s, %(worker_id)s, %(now)s)
+-- job_attempts: one row per claim of a job, opened by the claim (claim_tenant_job in jobs.sql) and closed
+-- by the outcome, the reaper or a release. Keyed by (job_id, attempt) and written under the claim's fence, like the job itself.
 
 -- name: record_attempt
 UPDATE job_attempts

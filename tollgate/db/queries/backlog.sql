@@ -1,27 +1,36 @@
--- Reads of unfinished work across extraction_jobs, outbox_events and execution_inbox: admission's counts
--- (acceptance) and the scheduler's gauges. They write nothing. The counters of DESIGN §4 replace these
--- scans, and keeping them together keeps that change in one file.
+-- Reads of unfinished work: admission's (acceptance) and the scheduler's gauges, from the counters of
+-- tenant_queues and backlog_shards (migration 0010) and index ends; outbox_events and execution_inbox for
+-- the relay's gauges. They write nothing.
 
 -- name: tenant_pending_usage
-SELECT count(*) AS jobs,
-       coalesce(sum(document_bytes), 0)::bigint AS bytes,
-       coalesce(sum(estimated_tokens), 0)::bigint AS tokens
-FROM extraction_jobs
-WHERE tenant_id = %(tenant_id)s AND state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')
+-- The tenant's unfinished work, from its counters (migration 0010): one row, whatever its backlog.
+SELECT pending_jobs AS jobs, pending_bytes AS bytes, pending_tokens AS tokens
+FROM tenant_queues
+WHERE tenant_id = %(tenant_id)s
 
 -- name: system_backlog
-SELECT system_backlog(%(cap)s) AS backlog
+SELECT coalesce(sum(unfinished), 0)::bigint AS backlog FROM backlog_shards
 
 -- name: backlog_metrics
-SELECT count(*) FILTER (WHERE state = 'READY'
-                           OR (state = 'RETRY_SCHEDULED' AND next_attempt_at <= %(now)s)) AS runnable,
-       count(*) FILTER (WHERE state = 'RUNNING') AS running,
-       count(*) FILTER (WHERE state = 'RETRY_SCHEDULED' AND next_attempt_at > %(now)s) AS waiting,
-       min(CASE WHEN state = 'READY' THEN created_at
-                WHEN state = 'RETRY_SCHEDULED' AND next_attempt_at <= %(now)s THEN next_attempt_at
-           END) AS oldest_eligible
-FROM extraction_jobs
-WHERE state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')
+-- Counters and index ends, never a scan of the jobs: running and unfinished from the shards; waiting
+-- retries are an index range of the retries not yet due; the oldest eligible job is the first entry of two
+-- indexes (READY by age, retries by due time).
+WITH shards AS (
+    SELECT coalesce(sum(unfinished), 0)::bigint AS unfinished, coalesce(sum(running), 0)::bigint AS running
+    FROM backlog_shards
+), waiting AS (
+    SELECT count(*) AS waiting FROM extraction_jobs
+    WHERE state = 'RETRY_SCHEDULED' AND next_attempt_at > %(now)s
+)
+SELECT shards.unfinished - shards.running - waiting.waiting AS runnable,
+       shards.running,
+       waiting.waiting,
+       least(
+           (SELECT min(created_at) FROM extraction_jobs WHERE state = 'READY'),
+           (SELECT min(next_attempt_at) FROM extraction_jobs
+            WHERE state = 'RETRY_SCHEDULED' AND next_attempt_at <= %(now)s)
+       ) AS oldest_eligible
+FROM shards, waiting
 
 -- name: oldest_unpublished_outbox
 SELECT min(created_at) AS oldest, count(*) AS unpublished

@@ -48,35 +48,120 @@ SET state = 'CANCELLED', state_version = state_version + 1, next_attempt_at = NU
 WHERE tenant_id = %(tenant_id)s AND job_id = %(job_id)s AND state IN ('READY', 'RETRY_SCHEDULED')
 RETURNING job_id
 
--- name: peek_next_job
--- The estimated tokens of the job claim_next_job would pick now (the same offers, the same order), without
--- taking it: a slot sizes its budget permit by it before it claims. Nothing is locked, so the job claimed a
--- moment later may be another one; the slot then resizes the permit to that job's estimate.
-SELECT o.estimated_tokens
-FROM job_offers(%(now)s, %(tenant_cap)s) o
-ORDER BY o.score, o.ready_at
-LIMIT 1
-
--- name: claim_next_job
--- The first of the fair offers (job_offers, migration 0009) that no other worker holds: SKIP LOCKED lets
--- concurrent workers take the next offer instead of waiting.
-WITH picked AS (
-    SELECT j.job_id
-    FROM extraction_jobs j
-    JOIN job_offers(%(now)s, %(tenant_cap)s) o USING (job_id)
-    WHERE j.state IN ('READY', 'RETRY_SCHEDULED')
-    ORDER BY o.score, o.ready_at
-    LIMIT 1
-    FOR UPDATE OF j SKIP LOCKED
+-- name: promote_waking_tenants
+-- Tenants whose first queued job may run now join the claim's index, at most a few per claim. Each starts
+-- no lower than the least virtual time among runnable tenants (the counter lift), so time spent idle or
+-- waiting for a retry is not banked as a claim on the budget.
+WITH floor AS (
+    SELECT coalesce(min(vtime), 0) AS vtime FROM tenant_queues WHERE runnable
+), woken AS (
+    SELECT tenant_id FROM tenant_queues
+    WHERE NOT runnable AND next_ready_at <= %(now)s
+    ORDER BY next_ready_at, seq
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
 )
-UPDATE extraction_jobs j
-SET state = 'RUNNING', attempt = j.attempt + 1, fence = j.fence + 1, lease_owner = %(worker_id)s,
-    lease_until = %(lease_until)s, next_attempt_at = NULL, state_version = j.state_version + 1,
-    updated_at = %(now)s
-FROM picked
-WHERE j.job_id = picked.job_id
-RETURNING j.job_id, j.tenant_id, j.attempt, j.max_attempts, j.fence, j.deadline_at, j.document_id,
-          j.model_policy, j.estimated_tokens, j.trace_context, j.state_version
+UPDATE tenant_queues q
+SET runnable = true, vtime = greatest(q.vtime, floor.vtime)
+FROM woken, floor
+WHERE q.tenant_id = woken.tenant_id
+
+-- name: runnable_tenants
+-- The runnable tenants under their in-flight cap, least virtual time first (ties: the newer queue), after
+-- a position (vtime, seq) already tried: the first entries of tenant_queues_by_vtime, whatever the number
+-- of tenants.
+SELECT tenant_id, vtime, seq
+FROM tenant_queues
+WHERE runnable AND running_jobs < %(tenant_cap)s
+  AND (vtime > %(after_vtime)s OR (vtime = %(after_vtime)s AND seq < %(after_seq)s))
+ORDER BY vtime, seq DESC
+LIMIT %(limit)s
+
+-- name: demote_tenant
+-- A runnable tenant whose queued jobs all wait for a later time leaves the claim's index until then.
+UPDATE tenant_queues SET runnable = false
+WHERE tenant_id = %(tenant_id)s AND runnable AND (next_ready_at IS NULL OR next_ready_at > %(now)s)
+
+-- name: claim_tenant_job
+-- One tenant's best job that no other worker holds (SKIP LOCKED): its first READY job by priority and age,
+-- or its earliest due retry if that ranks higher; each probe is an index range. The job becomes RUNNING
+-- with attempt+1 and fence+1 and its attempt record opens, in this one statement. A job found past its
+-- deadline is not claimed: it comes back with outcome 'expired' for the caller to end.
+WITH ready AS (
+    SELECT job_id, priority, created_at, deadline_at FROM extraction_jobs
+    WHERE tenant_id = %(tenant_id)s AND state = 'READY' AND attempt < max_attempts
+    ORDER BY priority DESC, created_at
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), due AS (
+    SELECT job_id, priority, created_at, deadline_at FROM extraction_jobs
+    WHERE tenant_id = %(tenant_id)s AND state = 'RETRY_SCHEDULED' AND next_attempt_at <= %(now)s
+      AND attempt < max_attempts
+    ORDER BY next_attempt_at
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT * FROM ready UNION ALL SELECT * FROM due
+    ORDER BY priority DESC, created_at
+    LIMIT 1
+), claimed AS (
+    UPDATE extraction_jobs j
+    SET state = 'RUNNING', attempt = j.attempt + 1, fence = j.fence + 1, lease_owner = %(worker_id)s,
+        lease_until = %(lease_until)s, next_attempt_at = NULL, state_version = j.state_version + 1,
+        updated_at = %(now)s
+    FROM picked
+    WHERE j.job_id = picked.job_id AND picked.deadline_at > %(now)s
+    RETURNING j.job_id, j.tenant_id, j.attempt, j.max_attempts, j.fence, j.deadline_at, j.document_id,
+              j.model_policy, j.estimated_tokens, j.trace_context, j.state_version
+), opened AS (
+    INSERT INTO job_attempts (job_id, attempt, tenant_id, fence, worker_id, started_at)
+    SELECT job_id, attempt, tenant_id, fence, %(worker_id)s, %(now)s FROM claimed
+)
+SELECT 'claimed' AS outcome, claimed.* FROM claimed
+UNION ALL
+SELECT 'expired', j.job_id, j.tenant_id, j.attempt, j.max_attempts, j.fence, j.deadline_at, j.document_id,
+       j.model_policy, j.estimated_tokens, j.trace_context, j.state_version
+FROM picked JOIN extraction_jobs j USING (job_id)
+WHERE picked.deadline_at <= %(now)s
+
+-- name: peek_next_job
+-- The estimated tokens of the job a claim would pick now (the same tenants in the same order, the same
+-- probes), without taking it: a slot sizes its budget permit by it before it claims. Nothing is locked, so
+-- the job claimed a moment later may be another one; the slot then resizes the permit to that job's
+-- estimate. Tenants whose time has come but that no claim has promoted yet are read as the claim would
+-- promote them (at the lifted virtual time), and a job past its deadline is sized like any other (the claim
+-- ends it and takes the next).
+WITH floor AS (
+    SELECT coalesce(min(vtime), 0) AS vtime FROM tenant_queues WHERE runnable
+), t AS (
+    (SELECT tenant_id, vtime, seq FROM tenant_queues
+     WHERE runnable AND running_jobs < %(tenant_cap)s
+     ORDER BY vtime, seq DESC
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT q.tenant_id, greatest(q.vtime, floor.vtime), q.seq FROM tenant_queues q, floor
+     WHERE NOT q.runnable AND q.next_ready_at <= %(now)s AND q.running_jobs < %(tenant_cap)s
+     ORDER BY q.next_ready_at, q.seq
+     LIMIT %(limit)s)
+)
+SELECT best.estimated_tokens
+FROM t
+CROSS JOIN LATERAL (
+    SELECT estimated_tokens FROM (
+        (SELECT estimated_tokens, priority, created_at FROM extraction_jobs
+         WHERE tenant_id = t.tenant_id AND state = 'READY' AND attempt < max_attempts
+         ORDER BY priority DESC, created_at LIMIT 1)
+        UNION ALL
+        (SELECT estimated_tokens, priority, created_at FROM extraction_jobs
+         WHERE tenant_id = t.tenant_id AND state = 'RETRY_SCHEDULED' AND next_attempt_at <= %(now)s
+           AND attempt < max_attempts
+         ORDER BY next_attempt_at LIMIT 1)
+    ) candidates
+    ORDER BY priority DESC, created_at
+    LIMIT 1
+) best
+ORDER BY t.vtime, t.seq DESC
+LIMIT 1
 
 -- name: extend_lease
 UPDATE extraction_jobs SET lease_until = %(lease_until)s
