@@ -17,8 +17,10 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
+from typer.testing import CliRunner
 
 from tests.support import invoice_request
+from tollgate.cli.main import app
 from tollgate.core import checkpoints
 from tollgate.core.checkpoints import RETENTION_AFTER_ARCHIVE
 from tollgate.core.clock import FakeClock, SystemClock, new_id
@@ -666,3 +668,28 @@ def test_each_retention_batch_reads_through_its_index_not_a_table_scan(
     }
     assert scanned <= {"tenants"}, plan
     assert f" {index} " in plan, plan
+
+
+def test_an_operator_sets_and_resets_a_tenants_retention(
+    system_db: Any, clean_db: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    tenant_id = create_tenant(system_db, "acme", new_id).tenant_id
+    monkeypatch.setenv("DATABASE_URL", clean_db)
+
+    def set_retention(days: str) -> Any:
+        return CliRunner().invoke(
+            app, ["tenants", "set-retention", "acme", days, "--data-dir", str(tmp_path)]
+        )
+
+    def stored() -> Any:
+        return query(clean_db, "SELECT retention_days FROM tenants WHERE tenant_id = %s", tenant_id)[0][
+            "retention_days"
+        ]
+
+    assert set_retention("90").exit_code == 0
+    assert stored() == 90
+    assert set_retention("default").exit_code == 0
+    assert stored() is None
+    for refused in ("0", "3651", "forever"):
+        assert set_retention(refused).exit_code == 2, refused
+    assert stored() is None
