@@ -37,8 +37,10 @@ from tollgate.scheduler.retention import (
     apply_retention,
 )
 from tollgate.scheduler.tick import SchedulerDeps, run_scheduler
+from tollgate.settings import SchedulerSettings
 from tollgate.tenants.keys import create_tenant
 from tollgate.tenants.retention import set_tenant_retention
+from tollgate.wiring import build_scheduler
 from tollgate_dev.local.aws import create_documents_bucket
 from tollgate_dev.local.runtime import LOCAL_BUCKET
 
@@ -609,7 +611,7 @@ def test_a_tick_deletes_at_most_its_batches_and_leaves_the_rest_to_the_next(
 
 
 def test_no_transaction_is_open_while_an_archive_is_stored(
-    seed: Seeder, system_db: Any, store: S3RetentionStore, clean_db: str
+    seed: Seeder, system_db: Any, s3: Any, clean_db: str
 ) -> None:
     tenant_id = seed.tenant(system_db, "acme")
     seed.finished_job(tenant_id, "k", START)
@@ -625,7 +627,7 @@ def test_no_transaction_is_open_while_an_archive_is_stored(
             seen.append(open_transactions)
             super().put_archive(key, body)
 
-    apply_retention(system_db, FakeClock(START + 40 * DAY), Watching(store._s3, BUCKET), POLICY)
+    apply_retention(system_db, FakeClock(START + 40 * DAY), Watching(s3, BUCKET), POLICY)
 
     assert seen == [0]
 
@@ -693,3 +695,16 @@ def test_an_operator_sets_and_resets_a_tenants_retention(
     for refused in ("0", "3651", "forever"):
         assert set_retention(refused).exit_code == 2, refused
     assert stored() is None
+
+
+def test_the_schedulers_wiring_applies_the_settings_retention(system_db: Any, clean_db: str) -> None:
+    settings = SchedulerSettings(
+        database_url=clean_db, documents_bucket=BUCKET, retention_default_days=9, retention_batch_size=50
+    )
+
+    deps = build_scheduler(settings, RecordedMetrics(), db=system_db)
+
+    assert isinstance(deps.retention_store, S3RetentionStore)
+    assert deps.retention == RetentionPolicy(
+        default_days=9, outbox_days=7, inbox_days=21, batch_size=50, max_batches=10
+    )

@@ -19,7 +19,7 @@ CROSS JOIN LATERAL (
     FROM extraction_jobs e
     WHERE e.tenant_id = t.tenant_id
       AND e.finished_at < %(now)s - make_interval(days => coalesce(t.retention_days, %(default_days)s))
-    ORDER BY e.finished_at, e.job_id
+    ORDER BY e.finished_at
     LIMIT %(limit)s
 ) expired
 JOIN extraction_jobs j ON j.job_id = expired.job_id
