@@ -76,6 +76,7 @@ def build_app(
         config=config,
         **database,
         webhook_state_machine=delivery.state_machine,
+        documents_bucket=data.documents_bucket,
         description=f"Tollgate {config.stage}: jobs FIFO queue and DLQ, outbox relay, scheduler",
     )
     api = ApiStack(

@@ -81,6 +81,21 @@ SchedulerLimits = _settings_section(
 )
 """The scheduler's batch per pass and when it restarts a stalled delivery; fields of ``SchedulerSettings``."""
 
+RetentionLimits = _settings_section(
+    "RetentionLimits",
+    SchedulerSettings,
+    (
+        "retention_default_days",
+        "retention_outbox_days",
+        "retention_inbox_days",
+        "retention_batch_size",
+        "retention_max_batches",
+    ),
+)
+"""How long the scheduler keeps what jobs leave behind and how much it deletes per tick; fields of
+``SchedulerSettings``. A tenant's own ``retention_days`` (``tollgate tenants set-retention``) wins over
+``retention_default_days``."""
+
 WorkerTuning = _settings_section(
     "WorkerTuning",
     WorkerSettings,
@@ -280,6 +295,23 @@ class StageConfig(BaseModel):
         description="Age of the oldest eligible job at which a task is added even if the backlog is small.",
     )
 
+    archive_infrequent_access_days: int = Field(
+        default=30,
+        ge=30,
+        description=(
+            "Days after which S3 moves a results archive (archive/ in the documents bucket) to Standard-IA: "
+            "archives are written once and rarely read. S3 allows no earlier move."
+        ),
+    )
+    archive_expiration_days: int = Field(
+        default=400,
+        ge=31,
+        description=(
+            "Days after which S3 deletes a results archive: a year and a month, so last year's jobs are "
+            "still there for an annual review. Tollgate is not the tenant's system of record for invoices."
+        ),
+    )
+
     log_retention: str = Field(default="ONE_MONTH", description="A member name of aws_logs.RetentionDays.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     removal_policy: Literal["retain", "destroy"] = Field(
@@ -292,6 +324,7 @@ class StageConfig(BaseModel):
     relay: RelayLimits = Field(default_factory=RelayLimits)  # type: ignore[valid-type]
     retry: RetryLimits = Field(default_factory=RetryLimits)  # type: ignore[valid-type]
     scheduler: SchedulerLimits = Field(default_factory=SchedulerLimits)  # type: ignore[valid-type]
+    retention: RetentionLimits = Field(default_factory=RetentionLimits)  # type: ignore[valid-type]
     worker: WorkerTuning = Field(default_factory=WorkerTuning)  # type: ignore[valid-type]
     webhooks: WebhookLimits = Field(default_factory=WebhookLimits)  # type: ignore[valid-type]
 
@@ -349,6 +382,8 @@ class StageConfig(BaseModel):
                 "webhooks.webhook_total_timeout_seconds leaves no room for the attempt's database work "
                 "within Lambda's 900-second limit"
             )
+        if self.archive_expiration_days <= self.archive_infrequent_access_days:
+            raise ValueError("archive_expiration_days must come after archive_infrequent_access_days")
         if self.nat_gateways > self.max_azs:
             raise ValueError("nat_gateways exceeds max_azs: a NAT gateway lives in one AZ's public subnet")
         if self.max_azs > 2 and (self.account is None or self.region is None):

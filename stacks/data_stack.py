@@ -21,6 +21,7 @@ from stacks.config import StageConfig
 from stacks.constructs.database_migrations import DatabaseMigrations
 from stacks.constructs.lambda_packaging import DependenciesLayer, function_code
 from stacks.constructs.nag import acknowledge
+from tollgate.scheduler.retention import ARCHIVE_PREFIX
 
 POSTGRES_ENGINE = rds.DatabaseClusterEngine.aurora_postgres(version=rds.AuroraPostgresEngineVersion.VER_17_9)
 # PostgreSQL's default port on purpose: RDS Proxy always listens on 5432, and clients take the port from
@@ -233,11 +234,27 @@ class DataStack(cdk.Stack):
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             server_access_logs_bucket=access_logs,
             server_access_logs_prefix="documents/",
+            # A current document version is never expired by age: several jobs share one by digest, and only
+            # the scheduler's retention knows when none uses it any more; it deletes that exact version.
             lifecycle_rules=[
                 s3.LifecycleRule(
+                    id="NoncurrentVersions",
                     abort_incomplete_multipart_upload_after=cdk.Duration.days(1),
                     noncurrent_version_expiration=cdk.Duration.days(noncurrent_days),
-                )
+                    # What an expired archive (below) leaves once its last version is gone.
+                    expired_object_delete_marker=True,
+                ),
+                s3.LifecycleRule(
+                    id="ResultsArchives",
+                    prefix=ARCHIVE_PREFIX,
+                    transitions=[
+                        s3.Transition(
+                            storage_class=s3.StorageClass.INFREQUENT_ACCESS,
+                            transition_after=cdk.Duration.days(self.config.archive_infrequent_access_days),
+                        )
+                    ],
+                    expiration=cdk.Duration.days(self.config.archive_expiration_days),
+                ),
             ],
             removal_policy=removal_policy,
         )

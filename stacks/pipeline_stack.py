@@ -14,12 +14,14 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_rds as rds
+from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.config import StageConfig, settings_environment
+from stacks.constructs.documents_access import DocumentsRetentionAccess
 from stacks.constructs.entrypoint_function import EntrypointFunction
 from stacks.constructs.lambda_packaging import DependenciesLayer, function_code
 
@@ -42,6 +44,7 @@ class PipelineStack(cdk.Stack):
         database_secret: secretsmanager.ISecret,
         database_clients: ec2.ISecurityGroup,
         webhook_state_machine: sfn.IStateMachine,
+        documents_bucket: s3.IBucket,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, env=config.environment, **kwargs)
@@ -88,14 +91,17 @@ class PipelineStack(cdk.Stack):
             entrypoint="scheduler",
             description=(
                 "Tollgate scheduler: reaps leases, expires deadlines, restarts stalled deliveries, "
-                "publishes backlog metrics"
+                "publishes backlog metrics, applies retention"
             ),
             environment={
                 **database_environment,
                 # Deliveries whose execution ended without delivering them are started again from here.
                 "WEBHOOK_STATE_MACHINE_ARN": webhook_state_machine.state_machine_arn,
+                # Retention archives finished jobs there and deletes document versions no job uses.
+                "DOCUMENTS_BUCKET": config.documents_bucket_name,
                 **settings_environment(config.retry),
                 **settings_environment(config.scheduler),
+                **settings_environment(config.retention),
             },
             # Within the one-minute tick, so ticks do not queue up behind a slow one.
             timeout=cdk.Duration.seconds(55),
@@ -107,6 +113,11 @@ class PipelineStack(cdk.Stack):
         self.jobs_queue.grant_send_messages(self.relay.function)
         for starter in (self.relay, self.scheduler):
             webhook_state_machine.grant_start_execution(starter.function)
+        scheduler_role = self.scheduler.function.role
+        assert scheduler_role is not None
+        DocumentsRetentionAccess(
+            self, "Retention", config=config, documents_bucket=documents_bucket, role=scheduler_role
+        )
 
         cdk.CfnOutput(self, "JobsQueueUrl", value=self.jobs_queue.queue_url)
         # The support CLI's `tollgate dlq` commands read and redrive this queue.

@@ -160,8 +160,45 @@ class RetrySettings(BaseSettings):
     )
 
 
-class SchedulerSettings(SystemDatabaseSettings, RetrySettings):
+class RetentionSettings(BaseSettings):
+    """How long the scheduler keeps what every job leaves behind, and how much it deletes per tick."""
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    retention_default_days: int = Field(
+        default=30,
+        ge=1,
+        le=3650,
+        description="How long a finished job (its result, attempts, webhook deliveries and Idempotency-Key) "
+        "is kept before it is archived to S3 and deleted, unless the tenant sets its own retention_days. A "
+        "replay of the key after that is a new job.",
+    )
+    retention_outbox_days: int = Field(
+        default=7,
+        ge=1,
+        le=3650,
+        description="Published outbox events are deleted this many days after publishing.",
+    )
+    retention_inbox_days: int = Field(
+        default=21,
+        ge=1,
+        le=3650,
+        description="Execution inbox and quarantine rows are deleted this many days after receipt; above "
+        "the 18 days an SQS message can live (4 in the jobs queue, 14 in its DLQ), so a redelivery finds its "
+        "row.",
+    )
+    retention_batch_size: int = Field(
+        default=500, ge=1, le=5000, description="Rows per retention batch; each batch is its own transaction."
+    )
+    retention_max_batches: int = Field(
+        default=10, ge=1, le=1000, description="Retention batches per rule per tick."
+    )
+
+
+class SchedulerSettings(SystemDatabaseSettings, RetrySettings, RetentionSettings):
     """The scheduler Lambda (every minute)."""
+
+    documents_bucket: str = Field(description="Versioned S3 bucket holding tenants' documents.")
 
     scheduler_batch_size: int = Field(
         default=500, ge=1, description="Jobs reaped or expired, and stalled deliveries restarted, per pass."

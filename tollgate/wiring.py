@@ -38,6 +38,7 @@ from tollgate.ingress.consumer import IngressDeps
 from tollgate.outbox.nudge import LambdaNudger, NoNudge, Nudger
 from tollgate.outbox.relay import RelayDeps
 from tollgate.outbox.sqs import SqsFifoPublisher
+from tollgate.scheduler.retention import RetentionPolicy, S3RetentionStore
 from tollgate.scheduler.tick import SchedulerDeps
 from tollgate.settings import (
     ApiSettings,
@@ -143,6 +144,14 @@ def build_scheduler(
             else None
         ),
         delivery_stall=timedelta(seconds=settings.delivery_stall_seconds),
+        retention_store=S3RetentionStore(boto3.client("s3"), settings.documents_bucket),
+        retention=RetentionPolicy(
+            default_days=settings.retention_default_days,
+            outbox_days=settings.retention_outbox_days,
+            inbox_days=settings.retention_inbox_days,
+            batch_size=settings.retention_batch_size,
+            max_batches=settings.retention_max_batches,
+        ),
     )
 
 

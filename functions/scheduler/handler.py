@@ -1,4 +1,5 @@
-"""Scheduler Lambda (every minute): reaps expired leases, expires deadlines, publishes backlog metrics."""
+"""Scheduler Lambda (every minute): reaps expired leases, expires deadlines, publishes backlog metrics,
+applies retention."""
 
 from typing import Any
 

@@ -105,6 +105,7 @@ SECTION_MODELS = {
     "relay": RelaySettings,
     "retry": RetrySettings,
     "scheduler": SchedulerSettings,
+    "retention": SchedulerSettings,
     "worker": WorkerSettings,
     "webhooks": WebhookAttemptSettings,
 }
@@ -209,3 +210,21 @@ def test_the_job_age_alarm_comes_before_the_default_deadline() -> None:
 def test_the_throttling_alarm_takes_a_percentage(percent: float) -> None:
     with pytest.raises(ValidationError, match="provider_throttle_alarm_percent"):
         StageConfig(stage="dev", provider_throttle_alarm_percent=percent)
+
+
+def test_a_stage_sets_its_retention_and_the_scheduler_reads_it_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = StageConfig.from_context(
+        {"stage": "prod", "stages": {"prod": {"retention": {"retention_default_days": 90}}}}
+    )
+    for name, value in settings_environment(config.retention).items():
+        monkeypatch.setenv(name, value)
+
+    settings = SchedulerSettings(database_url="postgresql://x", documents_bucket="b")
+
+    assert settings.retention_default_days == 90
+    assert settings.retention_outbox_days == SchedulerSettings.model_fields["retention_outbox_days"].default
+
+
+def test_archives_cannot_expire_before_they_move_to_infrequent_access() -> None:
+    with pytest.raises(ValidationError, match="archive_expiration_days"):
+        StageConfig(stage="dev", archive_infrequent_access_days=60, archive_expiration_days=45)

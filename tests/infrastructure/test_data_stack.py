@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import json
 from typing import Any
+from uuid import uuid4
 
 import pytest
 
@@ -22,6 +23,8 @@ from tests.infrastructure.cfn import (
     routes_of_subnet,
     subnet_groups,
 )
+from tollgate.core.documents import tenant_prefix
+from tollgate.scheduler.retention import ARCHIVE_PREFIX
 
 pytestmark = pytest.mark.infrastructure
 
@@ -392,3 +395,35 @@ def test_migrations_digest_follows_names_and_content(tmp_path: Any) -> None:
 
     assert first != second
     assert migrations_digest(tmp_path) == second
+
+
+def _lifecycle_rules(template: Template) -> dict[str, dict[str, Any]]:
+    _, bucket = _documents_bucket(template)
+    return {rule["Id"]: rule for rule in bucket["Properties"]["LifecycleConfiguration"]["Rules"]}
+
+
+def test_document_versions_are_never_expired_by_age_only_superseded_ones(data_template: Template) -> None:
+    """Jobs share a document by digest and only retention knows when none uses it; S3 only clears noncurrent
+    versions and the delete markers an expired archive leaves."""
+    rules = _lifecycle_rules(data_template)
+
+    everywhere = [rule for rule in rules.values() if "Prefix" not in rule and "Filter" not in rule]
+    assert [rule["Id"] for rule in everywhere] == ["NoncurrentVersions"]
+    (noncurrent,) = everywhere
+    assert "ExpirationInDays" not in noncurrent and "Transitions" not in noncurrent
+    assert noncurrent["NoncurrentVersionExpiration"]["NoncurrentDays"] >= 30
+    assert noncurrent["ExpiredObjectDeleteMarker"] is True
+
+
+def test_results_archives_move_to_infrequent_access_and_expire(
+    data_template: Template, config: StageConfig
+) -> None:
+    archives = _lifecycle_rules(data_template)["ResultsArchives"]
+
+    assert archives["Prefix"] == ARCHIVE_PREFIX
+    assert archives["Transitions"] == [
+        {"StorageClass": "STANDARD_IA", "TransitionInDays": config.archive_infrequent_access_days}
+    ]
+    assert archives["ExpirationInDays"] == config.archive_expiration_days
+    # Archives live outside tenants' prefixes, so a tenant can never name one as a document.
+    assert not ARCHIVE_PREFIX.startswith(tenant_prefix(uuid4()).split("/")[0])

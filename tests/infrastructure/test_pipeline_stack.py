@@ -4,12 +4,17 @@ scheduler on one-minute schedules. The alarms on them are ObservabilityStack's (
 from __future__ import annotations
 
 import json
+from fnmatch import fnmatch
 from typing import Any
+from uuid import uuid4
 
 import pytest
 
 from stacks.config import StageConfig
-from tests.infrastructure.cfn import as_list, function_by_handler, references, resources
+from stacks.constructs.documents_access import CANONICAL_DOCUMENTS
+from tests.infrastructure.cfn import as_list, function_by_handler, references, render, resources
+from tollgate.core.documents import document_key, tenant_prefix
+from tollgate.scheduler.retention import ARCHIVE_PREFIX
 
 pytestmark = pytest.mark.infrastructure
 
@@ -164,3 +169,46 @@ def test_relay_sends_to_the_queue_named_in_its_environment(pipeline_template: Te
 
 def test_outputs_name_the_queues_and_the_relay(pipeline_template: Template) -> None:
     assert {"JobsQueueUrl", "DeadLetterQueueUrl", "RelayFunctionName"} <= set(pipeline_template["Outputs"])
+
+
+def _object_grants(template: Template, handler: str) -> dict[str, list[str]]:
+    """S3 action -> the object ARNs (rendered) one function's role gets it on."""
+    return {
+        action: [render(resource) for resource in granted]
+        for action, granted in _role_actions(template, handler).items()
+        if action.startswith("s3:")
+    }
+
+
+def test_the_scheduler_writes_only_archives_and_deletes_only_canonical_documents(
+    pipeline_template: Template, config: StageConfig
+) -> None:
+    bucket = "arn:${AWS::Partition}:s3:::" + config.documents_bucket_name_in(
+        "${AWS::AccountId}", "${AWS::Region}"
+    )
+    grants = _object_grants(pipeline_template, SCHEDULER)
+
+    assert grants["s3:PutObject"] == [f"{bucket}/{ARCHIVE_PREFIX}*"]
+    assert grants["s3:DeleteObject*"] == [f"{bucket}/{CANONICAL_DOCUMENTS}"]
+    assert not [action for action in grants if action.startswith(("s3:Get", "s3:List"))], "it reads nothing"
+    assert {resource for resources in grants.values() for resource in resources} == {
+        f"{bucket}/{ARCHIVE_PREFIX}*",
+        f"{bucket}/{CANONICAL_DOCUMENTS}",
+    }
+
+
+def test_the_canonical_documents_pattern_is_where_acceptance_stores_them() -> None:
+    assert fnmatch(document_key(uuid4(), "a" * 64), CANONICAL_DOCUMENTS)
+    assert not fnmatch(f"{tenant_prefix(uuid4())}uploads/invoice.txt", CANONICAL_DOCUMENTS)
+
+
+def test_the_scheduler_archives_to_the_stages_documents_bucket(
+    pipeline_template: Template, config: StageConfig
+) -> None:
+    _, scheduler = function_by_handler(pipeline_template, SCHEDULER)
+    variables = scheduler["Properties"]["Environment"]["Variables"]
+
+    assert render(variables["DOCUMENTS_BUCKET"]) == config.documents_bucket_name_in(
+        "${AWS::AccountId}", "${AWS::Region}"
+    )
+    assert variables["RETENTION_DEFAULT_DAYS"] == str(config.retention.retention_default_days)

@@ -117,6 +117,40 @@ def tenants_add_supplier(
     console.print(f"supplier {supplier!r} added to {tenant}")
 
 
+@tenants_app.command("set-retention")
+def tenants_set_retention(
+    tenant: Annotated[str, typer.Argument(help="The tenant's name.")],
+    days: Annotated[
+        str, typer.Argument(help="Days to keep finished jobs (1 to 3650), or 'default' for the deployment's.")
+    ],
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+) -> None:
+    """Set how long a tenant's finished jobs, results, deliveries and idempotency keys are kept; after it, a
+    job is archived to S3 and deleted, and a replay of its Idempotency-Key is a new job."""
+    from tollgate.core.errors import TollgateError
+    from tollgate.db import build_database
+    from tollgate.tenants.retention import set_tenant_retention
+    from tollgate.tenants.suppliers import find_tenant
+
+    if days != "default" and not days.isdigit():
+        console.print("[red]DAYS is a whole number of days or 'default'[/red]")
+        raise typer.Exit(2)
+    url = _database_url(data_dir)
+    db = build_database(DatabaseSettings(database_url=SecretStr(url), database_role="tollgate_system"))
+    try:
+        set_tenant_retention(db, find_tenant(db, tenant), None if days == "default" else int(days))
+    except TollgateError as error:
+        console.print(f"[red]{error.detail}[/red]")
+        raise typer.Exit(2) from None
+    finally:
+        db.close()
+    console.print(
+        f"{tenant} keeps finished jobs for {days} days"
+        if days != "default"
+        else f"{tenant} keeps finished jobs for the deployment's default retention"
+    )
+
+
 @db_app.command("migrate")
 def db_migrate(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
     """Apply pending migrations (DATABASE_URL, or the embedded server)."""

@@ -14,7 +14,11 @@ AFTER_PROVIDER_RESPONSE = "after_provider_response"
 BEFORE_SQS_DELETE = "before_sqs_delete"
 # The relay published a batch but has not marked it published: the next relay sends it again.
 RELAY_AFTER_PUBLISH = "relay_after_publish"
-CHECKPOINTS = frozenset({AFTER_PROVIDER_RESPONSE, BEFORE_SQS_DELETE, RELAY_AFTER_PUBLISH})
+# Retention stored a batch's archives but has not deleted its rows: a later tick archives them again.
+RETENTION_AFTER_ARCHIVE = "retention_after_archive"
+CHECKPOINTS = frozenset(
+    {AFTER_PROVIDER_RESPONSE, BEFORE_SQS_DELETE, RELAY_AFTER_PUBLISH, RETENTION_AFTER_ARCHIVE}
+)
 
 Listener = Callable[[str], None]
 _listener: Listener | None = None

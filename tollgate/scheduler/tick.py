@@ -1,5 +1,5 @@
 """The scheduler's tick: reap expired leases, fail jobs past their deadline, restart webhook deliveries
-that nothing drives any more, publish backlog metrics.
+that nothing drives any more, publish backlog metrics, apply retention (``retention.py``).
 
 Runs every minute (and can run twice at once safely: rows are locked with SKIP LOCKED and every update is
 conditioned on the fence it read). A job that ends here gets its ``extraction.failed.v1`` outbox event in
@@ -8,7 +8,7 @@ the same transaction.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from uuid import UUID
 
@@ -32,6 +32,7 @@ from tollgate.db import Database
 from tollgate.db.database import Conn
 from tollgate.delivery.deliveries import DeliveryStarter, execution_name
 from tollgate.execution.leasing import fail_job
+from tollgate.scheduler.retention import RetentionPolicy, RetentionStore, apply_retention
 
 logger = Logger(service="tollgate-scheduler", child=True)
 
@@ -50,6 +51,10 @@ class SchedulerDeps:
     # A PENDING delivery this long past its due attempt has no execution driving it: the longest wait an
     # execution makes is its recorded next_attempt_at, and Step Functions is then seconds late, not minutes.
     delivery_stall: timedelta = timedelta(minutes=15)
+    # Where retention archives and deletes document objects; None leaves every row in place (tests of the
+    # other steps).
+    retention_store: RetentionStore | None = None
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
 
 
 @dataclass
@@ -61,6 +66,7 @@ class SchedulerReport:
     runnable: int = 0
     oldest_eligible_age_seconds: float = 0.0
     oldest_unpublished_age_seconds: float = 0.0
+    retention: dict[str, int] = field(default_factory=dict)
 
 
 def run_scheduler(deps: SchedulerDeps) -> SchedulerReport:
@@ -69,6 +75,8 @@ def run_scheduler(deps: SchedulerDeps) -> SchedulerReport:
     expire_past_deadline(deps, report)
     restart_stalled_deliveries(deps, report)
     publish_backlog_metrics(deps, report)
+    if deps.retention_store is not None:
+        report.retention = apply_retention(deps.db, deps.clock, deps.retention_store, deps.retention).counts()
     return report
 
 

@@ -213,7 +213,10 @@ class LocalStack:
             )
         )
         scheduler = build_scheduler(
-            SchedulerSettings(database_url=url, webhook_state_machine_arn=self.dispatcher_arn), self.metrics
+            SchedulerSettings(
+                database_url=url, webhook_state_machine_arn=self.dispatcher_arn, documents_bucket=LOCAL_BUCKET
+            ),
+            self.metrics,
         )
         for db in (relay.db, scheduler.db):
             self._closers.append(db.close)

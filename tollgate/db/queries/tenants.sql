@@ -33,3 +33,7 @@ SELECT tenant_id, key_id FROM resolve_api_key(%(key_hash)s)
 INSERT INTO tenant_suppliers (supplier_id, tenant_id, name, normalized_name, iban)
 VALUES (%(supplier_id)s, %(tenant_id)s, %(name)s, %(normalized_name)s, %(iban)s)
 ON CONFLICT (tenant_id, normalized_name) DO UPDATE SET iban = EXCLUDED.iban, name = EXCLUDED.name
+
+-- name: set_tenant_retention
+-- NULL puts the tenant back on the deployment's default (RETENTION_DEFAULT_DAYS).
+UPDATE tenants SET retention_days = %(retention_days)s WHERE tenant_id = %(tenant_id)s RETURNING tenant_id
