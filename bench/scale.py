@@ -61,6 +61,7 @@ BLOCKED = "scale-blocked"  # tenants none of whose jobs can run: past their dead
 ACCEPTING = "scale-accept"  # the tenant whose backlog grows while acceptance is measured
 
 WORKER_ID = "scale-bench"
+TIMES = "\N{MULTIPLICATION SIGN}"
 
 
 # ------------------------------------------------------------------------------------------------- sizes
@@ -612,7 +613,7 @@ class Run:
             have = tenants
             self.claim_shape(
                 f"tenants_{tenants}",
-                f"{tenants:,} tenant{'s' if tenants > 1 else ''} x {per:,} runnable",
+                f"{tenants:,} tenant{'s' if tenants > 1 else ''} {TIMES} {per:,} runnable",
                 "tenants",
                 RUNNABLE,
             )
@@ -639,7 +640,8 @@ class Run:
         )
         self.claim_shape(
             "past_deadline",
-            f"{blocked:,} tenants x {sizes.past_deadline_per_tenant:,} READY past deadline + 1 x {few}",
+            f"{blocked:,} tenants {TIMES} {sizes.past_deadline_per_tenant:,} READY past deadline "
+            f"+ 1 {TIMES} {few} runnable",
             "blocked",
             RUNNABLE,
         )
@@ -658,7 +660,8 @@ class Run:
         )
         self.claim_shape(
             "waiting_retries",
-            f"{blocked:,} tenants x {sizes.waiting_retries_per_tenant:,} retries waiting + 1 x {few}",
+            f"{blocked:,} tenants {TIMES} {sizes.waiting_retries_per_tenant:,} retries waiting "
+            f"+ 1 {TIMES} {few} runnable",
             "blocked",
             RUNNABLE,
         )
@@ -685,7 +688,7 @@ class Run:
         if largest > 0:
             self.claim_shape(
                 "one_tenant_backlog",
-                f"1 tenant x {largest:,} runnable (+ the jobs accepted above)",
+                f"1 tenant {TIMES} {largest:,} runnable (+ the jobs accepted above)",
                 "backlog",
                 ACCEPTING,
             )
