@@ -216,8 +216,8 @@ def _scale_command(config: Doc) -> str:
         "bench.scale",
         {"config": config},
         [
-            ("--samples", config.get("samples"), 100),
-            ("--max-seconds", config.get("max_seconds_per_shape"), 40.0),
+            ("--samples", config.get("samples"), 200),
+            ("--max-seconds", config.get("max_seconds_per_shape"), 60.0),
         ],
     )
 

@@ -790,12 +790,12 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         default="0,100000,1000000",
         help="one tenant's backlogs for acceptance; the largest is also a claim shape",
     )
-    parser.add_argument("--samples", type=int, default=100, help="measured rounds per shape (default 100)")
+    parser.add_argument("--samples", type=int, default=200, help="measured rounds per shape (default 200)")
     parser.add_argument(
         "--max-seconds",
         type=float,
-        default=40.0,
-        help="stop a shape's rounds after this long, once 20 were taken (default 40)",
+        default=60.0,
+        help="stop a shape's rounds after this long, once 20 were taken (default 60)",
     )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="where the JSON report goes")
     args = parser.parse_args(argv)
