@@ -758,8 +758,9 @@ def scale_section(doc: Doc) -> list[str]:
         "shape never changes; the time is the whole transaction. The floor is a plain "
         "`FOR UPDATE SKIP LOCKED LIMIT 1` claim on an index of its own (made only while claims are "
         "measured, on an expression no project query uses, so it cannot speed up the fair claim too). It "
-        "ignores tenants, backoff and deadlines, so it costs the same in every shape: the ratio is what a "
-        "correct, fair pick adds.",
+        "ignores tenants, backoff and deadlines, so its plan is the same in every shape (the first entry of "
+        "its index): the ratio is what a correct, fair pick adds. Its time still moves somewhat with the "
+        "table; its own largest ÷ smallest is given under the targets.",
         "",
     ]
     smallest = claims[0]["claim_ms"]["p50"] if claims else 1.0

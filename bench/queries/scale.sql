@@ -114,7 +114,7 @@ DROP INDEX IF EXISTS scale_plain_claim_order
 -- name: scale_plain_claim
 -- The floor: the cheapest claim this table allows. The first row of one index that no other worker holds,
 -- moved to RUNNING the way claim_next_job moves it, in one statement as claim_next_job is. It knows nothing
--- of tenants, backoff or deadlines (it would take a waiting retry or an expired job), so its cost is the
+-- of tenants, backoff or deadlines (it would take a waiting retry or an expired job), so its plan is the
 -- same in every shape: what the fair claim adds on top of it is what a correct, fair pick costs.
 WITH picked AS (
     SELECT j.job_id
