@@ -113,3 +113,31 @@ def test_the_recorded_command_leaves_out_where_the_results_were_written():
         "python -m bench.relay --rounds 2"
     )
     assert command_line("bench.drain", ["--quick", "--output=x.json"]) == "python -m bench.drain --quick"
+
+
+def test_the_scale_targets_are_held_or_missed_by_the_recorded_figures(results_copy):
+    # Given a scale run whose worst claim costs 2x the plain claim, and then one where it costs 4x
+    for worst, verdict in ((2.0, "held"), (4.0, "**missed**")):
+
+        def claim_at(document, worst=worst):
+            document["summary"]["claim"]["worst_over_plain_p50"] = worst
+
+        edit(results_copy / "scale.json", claim_at)
+
+        # Then the scale section checks the 3x target against that figure
+        text = report.render(report.load_results(results_copy))
+        times = report.TIMES
+        assert f"claim ≤ 3{times} the plain claim at every size: {verdict} (worst {worst:.2f}{times}" in text
+
+
+def test_a_scale_claim_that_took_a_job_it_should_not_have_is_reported(results_copy):
+    # Given a scale run in which three claims took a job of a tenant with nothing runnable
+    def wrong_picks(document):
+        document["summary"]["claim"]["wrong_picks"] = 3
+
+    edit(results_copy / "scale.json", wrong_picks)
+
+    # Then the section says so rather than reporting the time alone
+    text = report.render(report.load_results(results_copy))
+    assert "**3 measured claims took nothing, or a job of a tenant with nothing runnable.**" in text
+    assert "Every measured claim took a job of a tenant with runnable work." not in text
