@@ -38,7 +38,7 @@ from tollgate.db import Database, Queries, build_database, load_queries
 from tollgate.db.database import Conn
 from tollgate.db.migrations import apply_migrations
 from tollgate.events import ExtractionRequested, outbox_row
-from tollgate.execution.leasing import peek_next_job
+from tollgate.execution.leasing import claim_in, peek_next_job
 from tollgate.outbox.nudge import NoNudge
 from tollgate.settings import MIGRATIONS_DIR, ApiSettings, SystemDatabaseSettings, WorkerSettings
 from tollgate.wiring import acceptance_limits
@@ -324,8 +324,8 @@ class ClaimShape:
 
 
 class ClaimBench:
-    """The fair claim (``claim_next_job``), the peek (``peek_next_job``) and the plain claim, as the worker's
-    role through the project's Database, each claim rolled back."""
+    """The fair claim (``claim_next_job``'s transaction, ``claim_in``), the peek (``peek_next_job``) and the
+    plain claim, as the worker's role through the project's Database, each claim rolled back."""
 
     def __init__(self, url: str, config: Config, console: Console) -> None:
         settings = SystemDatabaseSettings(database_url=SecretStr(url))
@@ -363,13 +363,22 @@ class ClaimBench:
         measured = self.config.samples
 
         def claim(number: int) -> None:
+            params = self.claim_params()
             with rolled_back(self.db) as conn:
-                row = conn.execute(self.db.q.claim_next_job, self.claim_params()).fetchone()
+                job = claim_in(
+                    conn,
+                    self.db,
+                    now=params["now"],
+                    worker_id=WORKER_ID,
+                    lease_seconds=self.lease.total_seconds(),
+                    tenant_cap=self.tenant_cap,
+                    new_id=new_id,
+                )
             if number >= measured:
                 return
-            if row is None:
+            if job is None:
                 picks["nothing"] += 1
-            elif row["tenant_id"] in runnable_tenants:
+            elif job.tenant_id in runnable_tenants:
                 picks["runnable_tenant"] += 1
             else:
                 picks["other_tenant"] += 1

@@ -45,7 +45,7 @@ TENANTS_PER_READ = 8
 TENANTS_PER_CLAIM = 32
 # Tenants promoted into the run-queue per claim, and jobs found past their deadline that one claim ends.
 PROMOTIONS_PER_CLAIM = 16
-EXPIRIES_PER_CLAIM = 64
+EXPIRIES_PER_CLAIM = 16
 # Before every tenant in the run-queue's order (vtime ascending, then seq descending).
 _BEFORE_EVERY_TENANT = (-1.0, 2**63 - 1)
 
@@ -66,44 +66,65 @@ def claim_next_job(
     tenant's best job that no other worker holds. A job met past its deadline is ended here, with its
     event, instead of being stepped over (each such job costs one claim this once, never every claim).
     """
-    now = clock.now()
+    with db.transaction() as conn:
+        return claim_in(
+            conn,
+            db,
+            now=clock.now(),
+            worker_id=worker_id,
+            lease_seconds=lease_seconds,
+            tenant_cap=tenant_cap,
+            new_id=new_id,
+        )
+
+
+def claim_in(
+    conn: Conn,
+    db: Database,
+    *,
+    now: datetime,
+    worker_id: str,
+    lease_seconds: float,
+    tenant_cap: int,
+    new_id: IdFactory,
+) -> ClaimedJob | None:
+    """``claim_next_job`` in the caller's transaction (the scale benchmark rolls it back each time)."""
     checked_transition(frozenset({JobState.READY, JobState.RETRY_SCHEDULED}), JobState.RUNNING)
     params = {"now": now, "worker_id": worker_id, "lease_until": now + timedelta(seconds=lease_seconds)}
     expired = tried = 0
-    with db.transaction() as conn:
-        conn.execute(db.q.promote_waking_tenants, {"now": now, "limit": PROMOTIONS_PER_CLAIM})
-        after_vtime, after_seq = _BEFORE_EVERY_TENANT
-        while tried < TENANTS_PER_CLAIM:
-            tenants = conn.execute(
-                db.q.runnable_tenants,
-                {
-                    "tenant_cap": tenant_cap,
-                    "after_vtime": after_vtime,
-                    "after_seq": after_seq,
-                    "limit": TENANTS_PER_READ,
-                },
-            ).fetchall()
-            if not tenants:
-                return None
-            for tenant in tenants:
-                tried += 1
-                after_vtime, after_seq = tenant["vtime"], tenant["seq"]
-                while True:
-                    row = conn.execute(
-                        db.q.claim_tenant_job, {**params, "tenant_id": tenant["tenant_id"]}
-                    ).fetchone()
-                    if row is None:
-                        # Nothing due, or every due job held by another worker right now: only the first
-                        # takes the tenant out of the run-queue until its next job's time.
-                        conn.execute(db.q.demote_tenant, {"tenant_id": tenant["tenant_id"], "now": now})
-                        break
-                    outcome = row.pop("outcome")
-                    if outcome == "claimed":
-                        return ClaimedJob(**row)
-                    fail_job(conn, db, new_id, job_id=row["job_id"], fence=row["fence"], now=now)
-                    expired += 1
-                    if expired >= EXPIRIES_PER_CLAIM:
-                        return None
+    conn.execute(db.q.promote_waking_tenants, {"now": now, "limit": PROMOTIONS_PER_CLAIM})
+    after_vtime, after_seq = _BEFORE_EVERY_TENANT
+    while tried < TENANTS_PER_CLAIM:
+        tenants = conn.execute(
+            db.q.runnable_tenants,
+            {
+                "tenant_cap": tenant_cap,
+                "after_vtime": after_vtime,
+                "after_seq": after_seq,
+                "limit": TENANTS_PER_READ,
+            },
+        ).fetchall()
+        if not tenants:
+            return None
+        for tenant in tenants:
+            tried += 1
+            after_vtime, after_seq = tenant["vtime"], tenant["seq"]
+            while True:
+                row = conn.execute(
+                    db.q.claim_tenant_job, {**params, "tenant_id": tenant["tenant_id"]}
+                ).fetchone()
+                if row is None:
+                    # Nothing due, or every due job held by another worker right now: only the first
+                    # takes the tenant out of the run-queue until its next job's time.
+                    conn.execute(db.q.demote_tenant, {"tenant_id": tenant["tenant_id"], "now": now})
+                    break
+                outcome = row.pop("outcome")
+                if outcome == "claimed":
+                    return ClaimedJob(**row)
+                fail_job(conn, db, new_id, job_id=row["job_id"], fence=row["fence"], now=now)
+                expired += 1
+                if expired >= EXPIRIES_PER_CLAIM:
+                    return None
     return None
 
 
