@@ -21,6 +21,7 @@ from constructs import Construct
 from stacks.config import StageConfig
 from stacks.constructs.alarm_topic import AlarmTopic
 from stacks.constructs.backlog_metrics import (
+    COUNTER_DRIFT,
     OLDEST_ELIGIBLE_JOB_AGE,
     OLDEST_UNPUBLISHED_OUTBOX_AGE,
     RUNNABLE_JOBS,
@@ -223,6 +224,18 @@ class ObservabilityStack(cdk.Stack):
                 metric=scheduler_metric(OLDEST_ELIGIBLE_JOB_AGE),
                 threshold=config.eligible_job_age_alarm_seconds,
                 evaluation_periods=GAUGE_PERIODS,
+            ),
+            "counter_drift": self._alarm(
+                "CounterDrift",
+                description=(
+                    "The scheduler's reconciliation found a tenant's run-queue counters (unfinished, "
+                    "running and queued jobs) different from a recount of its jobs, and corrected them. The "
+                    "trigger on extraction_jobs keeps them in every job change, so a difference means a bug "
+                    "there or a change made with triggers off; the scheduler's log names the tenant. "
+                    "Admission and the fair claim read these counters."
+                ),
+                metric=scheduler_metric(COUNTER_DRIFT),
+                threshold=0,
             ),
             "worker_errors": self._alarm(
                 "WorkerErrors",

@@ -20,10 +20,12 @@ from pydantic import ValidationError
 from stacks.config import StageConfig
 from stacks.constructs.alarm_topic import AlarmTopic
 from stacks.constructs.backlog_metrics import (
+    COUNTER_DRIFT,
     OLDEST_ELIGIBLE_JOB_AGE,
     OLDEST_UNPUBLISHED_OUTBOX_AGE,
     RUNNABLE_JOBS,
     RUNNING_JOBS,
+    SCHEDULER_SERVICE,
     UNPUBLISHED_OUTBOX_EVENTS,
     WAITING_RETRIES,
 )
@@ -56,6 +58,7 @@ ALARMS = {
     "OutboxAge",
     "JobsQueueAge",
     "EligibleJobAge",
+    "CounterDrift",
     "WorkerErrors",
     "ProviderThrottling",
     "DeliveriesFailed",
@@ -287,6 +290,14 @@ def test_provider_429_rate_alarms_only_on_periods_with_calls(
     assert alarm["Threshold"] == config.provider_throttle_alarm_percent == 10
     assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
     assert alarm["EvaluationPeriods"] == 3
+
+
+def test_a_drifted_run_queue_counter_alarms(observability_template: Template) -> None:
+    alarm = _alarm(observability_template, "CounterDrift")
+
+    assert (alarm["Namespace"], alarm["MetricName"]) == ("Tollgate", COUNTER_DRIFT)
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": SCHEDULER_SERVICE}]
+    assert alarm["Threshold"] == 0 and alarm["ComparisonOperator"] == "GreaterThanThreshold"
 
 
 def test_any_error_line_of_the_worker_alarms(

@@ -13,7 +13,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from tests.support import invoice_request
-from tollgate.core.clock import SystemClock
+from tollgate.core.clock import SystemClock, new_id
 from tollgate.execution.leasing import claim_next_job
 
 pytestmark = pytest.mark.integration
@@ -140,3 +140,34 @@ def test_the_counters_equal_a_recount_and_a_full_system_backlog_reads_no_job(
     assert kept == recount
     assert (kept["pending_jobs"], kept["running_jobs"], kept["ready_jobs"]) == (9, 5, 4)
     assert backlog["unfinished"] == 9
+
+
+def test_the_scheduler_recounts_drifted_counters_and_reports_the_drift(make_tenant, system_db, clean_db):
+    from tollgate.core.metrics import COUNTER_DRIFT, RecordedMetrics
+    from tollgate.core.retry import RetryPolicy
+    from tollgate.scheduler.tick import SchedulerDeps, run_scheduler
+
+    # Given a tenant whose counters a bug (here: a change made beneath the trigger) set wrong
+    tenant = make_tenant("drifted")
+    submit_many(tenant, 3)
+    with psycopg.connect(clean_db) as conn:
+        conn.execute(
+            "UPDATE tenant_queues SET pending_jobs = 40, ready_jobs = 0 WHERE tenant_id = %s",
+            (tenant.tenant_id,),
+        )
+    metrics = RecordedMetrics()
+
+    def tick() -> int:
+        deps = SchedulerDeps(system_db, SystemClock(), new_id, metrics, RetryPolicy(), lambda low, high: 0)
+        return run_scheduler(deps).queues_drifted
+
+    # When the scheduler ticks, then it recounts, corrects, and says so; the next recount finds nothing
+    assert tick() == 1
+    assert metrics.values[COUNTER_DRIFT] == 1
+    with psycopg.connect(clean_db, row_factory=dict_row) as conn:
+        row = conn.execute(
+            "SELECT pending_jobs, ready_jobs FROM tenant_queues WHERE tenant_id = %s", (tenant.tenant_id,)
+        ).fetchone()
+    assert row == {"pending_jobs": 3, "ready_jobs": 3}
+    assert tick() == 0
+    assert metrics.values[COUNTER_DRIFT] == 0

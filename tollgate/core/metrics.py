@@ -31,6 +31,8 @@ WAITING_RETRIES = "WaitingRetries"
 OLDEST_ELIGIBLE_JOB_AGE = "OldestEligibleJobAge"
 OLDEST_UNPUBLISHED_OUTBOX_AGE = "OldestUnpublishedOutboxAge"
 UNPUBLISHED_OUTBOX_EVENTS = "UnpublishedOutboxEvents"
+# Run-queue rows whose counters differed from a recount (the reconciliation corrected them): a trigger bug.
+COUNTER_DRIFT = "CounterDrift"
 
 
 class MetricsSink(Protocol):
