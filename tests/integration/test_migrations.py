@@ -5,9 +5,13 @@ from __future__ import annotations
 import re
 import shutil
 import threading
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
+from psycopg.rows import dict_row
 
 from tollgate.core.job_states import CANCELLABLE_STATES, UNFINISHED_STATES, JobState
 from tollgate.db.migrations import MigrationError, apply_migrations, read_migrations
@@ -142,3 +146,92 @@ def test_the_schema_refuses_impossible_job_rows(tenant, clean_db, assignment, co
     job_id = tenant.client.submit(invoice_request(), "k").json["job_id"]
     with psycopg.connect(clean_db) as conn, pytest.raises(psycopg.errors.CheckViolation, match=constraint):
         conn.execute(f"UPDATE extraction_jobs SET {assignment} WHERE job_id = %s", (job_id,))
+
+
+def test_the_run_queue_migration_backfills_a_live_database_with_jobs_in_every_state(
+    fresh_database, migrations_dir, tmp_path
+):
+    """Migration 0010 on a database that already holds jobs in every state: the counters it fills equal a
+    recount, the backlog shards count every unfinished job, and only tenants with work due are runnable."""
+    url = fresh_database()
+    before = tmp_path / "before"
+    before.mkdir()
+    for path in sorted(migrations_dir.glob("*.sql")):
+        if int(path.name[:4]) < 10:
+            shutil.copy(path, before / path.name)
+    apply_migrations(url, before)
+    busy, idle, waiting = (uuid.uuid4() for _ in range(3))
+    with psycopg.connect(url, autocommit=True) as conn:
+        for tenant in (busy, idle, waiting):
+            conn.execute("INSERT INTO tenants (tenant_id, name) VALUES (%s, %s)", (tenant, str(tenant)))
+        states = [s for s in JobState] * 2
+        for index, state in enumerate(states):
+            insert_old_job(conn, busy, index, state)
+        insert_old_job(conn, idle, 0, JobState.SUCCEEDED)
+        insert_old_job(conn, waiting, 0, JobState.RETRY_SCHEDULED)
+
+    apply_migrations(url, migrations_dir)
+
+    with psycopg.connect(url, row_factory=dict_row) as conn:
+        for tenant in (busy, idle, waiting):
+            kept = conn.execute(
+                QUEUE_COLUMNS + " FROM tenant_queues WHERE tenant_id = %s", (tenant,)
+            ).fetchone()
+            recount = conn.execute(QUEUE_COLUMNS + " FROM tenant_queue_recount(%s)", (tenant,)).fetchone()
+            assert kept == recount
+        busy_row = conn.execute(
+            "SELECT pending_jobs, running_jobs, ready_jobs, retry_jobs, runnable FROM tenant_queues"
+            " WHERE tenant_id = %s",
+            (busy,),
+        ).fetchone()
+        assert busy_row == {
+            "pending_jobs": 6,
+            "running_jobs": 2,
+            "ready_jobs": 2,
+            "retry_jobs": 2,
+            "runnable": True,
+        }
+        runnable = conn.execute("SELECT tenant_id FROM tenant_queues WHERE runnable").fetchall()
+        assert [r["tenant_id"] for r in runnable] == [busy]  # the retry waits an hour; the idle has none
+        shards = conn.execute("SELECT sum(unfinished) AS u, sum(running) AS r FROM backlog_shards").fetchone()
+        assert (shards["u"], shards["r"]) == (7, 2)
+
+
+QUEUE_COLUMNS = (
+    "SELECT pending_jobs, pending_bytes, pending_tokens, running_jobs, ready_jobs, retry_jobs,"
+    " next_ready_at::text AS next_ready_at"
+)
+
+
+def insert_old_job(conn: psycopg.Connection[Any], tenant: uuid.UUID, index: int, state: JobState) -> None:
+    """A job row as the schema before migration 0010 allows it, in ``state``."""
+    document = uuid.uuid4()
+    conn.execute(
+        "INSERT INTO documents (document_id, tenant_id, content_sha256, size_bytes, page_count, s3_key,"
+        " s3_version_id) VALUES (%s, %s, %s, 100, 1, 'k', 'v')",
+        (document, tenant, uuid.uuid4().hex * 2),
+    )
+    running = state is JobState.RUNNING
+    conn.execute(
+        "INSERT INTO extraction_jobs (job_id, tenant_id, idempotency_key, request_hash, job_type, document_id,"
+        " schema_version, model_policy, max_attempts, estimated_tokens, document_bytes, deadline_at, state,"
+        " attempt, lease_owner, lease_until, next_attempt_at, finished_at)"
+        " VALUES (%s, %s, %s, repeat('b', 64), 'invoice_extraction', %s, 'invoice.v1', 'auto', 3, 1000, 100,"
+        " now() + interval '1 day', %s, %s, %s, %s, %s, %s)",
+        (
+            uuid.uuid4(),
+            tenant,
+            f"k-{index}",
+            document,
+            state.value,
+            1 if state is not JobState.READY else 0,
+            "w" if running else None,
+            _in(minutes=5) if running else None,
+            _in(hours=1) if state is JobState.RETRY_SCHEDULED else None,
+            _in() if state.is_terminal else None,
+        ),
+    )
+
+
+def _in(**delta: float) -> datetime:
+    return datetime.now(UTC) + timedelta(**delta)
