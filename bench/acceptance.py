@@ -945,14 +945,14 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     )
 
 
-def _stop_on_sigterm(signum: int, frame: object) -> None:
+def stop_on_sigterm(signum: int, frame: object) -> None:
     # SystemExit unwinds through the finally blocks, so a stopped run still drops its scratch database.
     raise SystemExit(128 + signum)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(argv)
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
     # Piped output (make bench | tee) still gets the whole table rather than 80 squeezed columns.
     console = Console(width=None if sys.stdout.isatty() else 150)
     started = datetime.now(UTC)

@@ -29,7 +29,7 @@ from pydantic import SecretStr
 from rich.console import Console
 from rich.table import Table
 
-from bench.acceptance import Phases, ScratchDatabase, scratch_database
+from bench.acceptance import Phases, ScratchDatabase, scratch_database, stop_on_sigterm
 from bench.machine import command_line, describe_machine, load_average, write_json
 from tollgate.accept.models import CreateJobRequest
 from tollgate.accept.service import AcceptanceDeps, accept_job
@@ -42,6 +42,7 @@ from tollgate.execution.leasing import claim_in, peek_next_job
 from tollgate.outbox.nudge import NoNudge
 from tollgate.settings import MIGRATIONS_DIR, ApiSettings, SystemDatabaseSettings, WorkerSettings
 from tollgate.wiring import acceptance_limits
+from tollgate_dev.documents import MemoryDocuments
 from tollgate_dev.samples import generate_invoice, request_body
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -426,22 +427,6 @@ ADMISSION_OVERRIDES: dict[str, Any] = {
     "tenant_max_pending_tokens": 10**13,
     "system_max_backlog": 100_000_000,
 }
-
-
-class MemoryDocuments:
-    """The DocumentStore port in memory: acceptance without an S3 round trip, so the figures are the
-    use case and the database, which are what grows with the backlog."""
-
-    def __init__(self) -> None:
-        self.objects: dict[tuple[str, str], bytes] = {}
-
-    def put(self, key: str, body: bytes) -> str:
-        version = f"v{len(self.objects) + 1}"
-        self.objects[(key, version)] = body
-        return version
-
-    def get(self, key: str, version_id: str, max_bytes: int) -> bytes:
-        return self.objects[(key, version_id)]
 
 
 @dataclass
@@ -845,14 +830,9 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     )
 
 
-def _stop_on_sigterm(signum: int, frame: object) -> None:
-    # SystemExit unwinds through the finally blocks, so a stopped run still drops its scratch database.
-    raise SystemExit(128 + signum)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(argv)
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
     console = Console(width=None if sys.stdout.isatty() else 170)
     started = datetime.now(UTC)
     clock_start = time.perf_counter_ns()

@@ -50,6 +50,7 @@ from tollgate.tenants.keys import create_tenant
 from tollgate.tenants.suppliers import add_supplier
 from tollgate.wiring import acceptance_limits
 from tollgate_dev.baselines import NoLimiter
+from tollgate_dev.documents import MemoryDocuments
 
 pytestmark = pytest.mark.integration
 
@@ -110,21 +111,6 @@ def refuses(call: Callable[[], object]) -> bool:
     except InvalidState:
         return True
     return False
-
-
-class MemoryDocuments:
-    """A versioned object store in memory: the protocol needs documents, not S3."""
-
-    def __init__(self) -> None:
-        self.objects: dict[tuple[str, str], bytes] = {}
-
-    def put(self, key: str, body: bytes) -> str:
-        version = f"v{len(self.objects) + 1}"
-        self.objects[(key, version)] = body
-        return version
-
-    def get(self, key: str, version_id: str, max_bytes: int) -> bytes:
-        return self.objects[(key, version_id)]
 
 
 @dataclass
