@@ -683,7 +683,7 @@ def drain_section(doc: Doc, name: str = "drain") -> list[str]:
                 f"{s['provider_max_in_flight']} / {s['provider_in_flight_cap']}",
                 f"{num(light['p95_s'])} s" if light["count"] else "none finished",
                 f"{s['light_p95_over_service']:.1f}{TIMES}" if light["count"] else "",
-                f"{light['count']} of {s['light_submitted']}",
+                f"{light['count']:,} of {s['light_submitted']:,}",
                 f"{s['failed']:,}",
             ]
         )
