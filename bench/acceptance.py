@@ -27,11 +27,12 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 from uuid import UUID
 
 import psycopg
@@ -81,6 +82,18 @@ PATHS = {
     "http": "ApiClient -> LocalStack gateway (pipeline off) -> authorizer -> handle; acceptance alone",
     "http_full_system": "the same, while relay, ingress, scheduler, workers and the simulated provider "
     "run in the benchmark process and work off the accepted jobs",
+}
+
+# Where an in-process request's time goes, measured at the seams named here (bench.acceptance.CostSplit);
+# the parts add up to the whole request. Copied into the report so the JSON explains itself.
+SPLIT_PARTS = {
+    "request": "precheck, routing, the body parsed and validated into CreateJobRequest, the headers checked "
+    "(the handler's time before accept_job)",
+    "document": "the inline document canonicalized and hashed, and the request's identity hash",
+    "s3_put": "the canonical document's S3 put (moto over HTTP on 127.0.0.1; skipped for a known document)",
+    "sql": "the pipelined session, from taking a pooled connection to the commit, less the put inside it",
+    "accept_other": "the rest of accept_job: parameters, the outbox event, the job view",
+    "response": "the log line, the job serialized and the gateway response built (after accept_job)",
 }
 
 # One sample: when a request started and ended (perf_counter_ns), and its outcome ("202", "202 replayed",
@@ -570,6 +583,106 @@ def profile_handler(run: Callable[[], object], top: int = 25) -> str:
     return out.getvalue()
 
 
+# ------------------------------------------------------------------------------------------ cost split
+
+
+class CostSplit:
+    """Times an in-process request's parts by wrapping the seams between them, for one row only.
+
+    The wrappers go on module globals the handler calls through (``accept_job`` as the route sees it, the
+    document and hash functions as accept_job sees them) and on the deps' own document store and
+    database, and come off when the row ends; nothing else in the process is touched.
+    """
+
+    def __init__(self, deps: Any) -> None:
+        self.deps = deps
+        self.parts: dict[str, list[float]] = defaultdict(list)
+        self.totals: list[float] = []
+        self._now: dict[str, float] = {}
+
+    def _timed(self, part: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter_ns()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self._now[part] = self._now.get(part, 0.0) + (time.perf_counter_ns() - start) / 1e6
+
+        return timed
+
+    def _marked(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        def accept(*args: Any, **kwargs: Any) -> Any:
+            self._now["accept_start"] = time.perf_counter_ns() / 1e6
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self._now["accept_end"] = time.perf_counter_ns() / 1e6
+
+        return accept
+
+    def _timed_session(self, pipelined: Callable[[], Any]) -> Callable[[], Any]:
+        @contextmanager
+        def session() -> Iterator[Any]:
+            start = time.perf_counter_ns()
+            try:
+                with pipelined() as lent:
+                    yield lent
+            finally:
+                self._now["session"] = self._now.get("session", 0.0) + (time.perf_counter_ns() - start) / 1e6
+
+        return session
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        import tollgate.accept.service as service
+        import tollgate.api.routes.jobs as routes
+
+        acceptance = self.deps.acceptance
+        with ExitStack() as stack:
+            for target, name, wrapper in (
+                (routes, "accept_job", self._marked(routes.accept_job)),
+                (service, "document_from_inline", self._timed("document", service.document_from_inline)),
+                (service, "request_hash", self._timed("document", service.request_hash)),
+                (acceptance.documents, "put", self._timed("s3_put", acceptance.documents.put)),
+                (acceptance.db, "pipelined", self._timed_session(acceptance.db.pipelined)),
+            ):
+                stack.enter_context(patch.object(target, name, wrapper))
+            yield
+
+    def request(self, run: Callable[[], Any]) -> Any:
+        self._now = {}
+        start = time.perf_counter_ns() / 1e6
+        result = run()
+        end = time.perf_counter_ns() / 1e6
+        now = self._now
+        accept = now["accept_end"] - now["accept_start"]
+        put, document, session = now.get("s3_put", 0.0), now.get("document", 0.0), now.get("session", 0.0)
+        self.totals.append(end - start)
+        self.parts["request"].append(now["accept_start"] - start)
+        self.parts["document"].append(document)
+        self.parts["s3_put"].append(put)
+        self.parts["sql"].append(session - put)
+        self.parts["accept_other"].append(accept - document - session)
+        self.parts["response"].append(end - now["accept_end"])
+        return result
+
+    def summary(self) -> dict[str, Any]:
+        total_mean = statistics.fmean(self.totals)
+        return {
+            "requests": len(self.totals),
+            "total_ms": percentile_table(self.totals),
+            "parts": {
+                name: {
+                    "p50_ms": statistics.median(values),
+                    "mean_ms": statistics.fmean(values),
+                    "share_of_mean": statistics.fmean(values) / total_mean,
+                    "what": SPLIT_PARTS[name],
+                }
+                for name, values in self.parts.items()
+            },
+        }
+
+
 # ---------------------------------------------------------------------------------------------- runner
 
 
@@ -657,6 +770,24 @@ class Bench:
             end = time.perf_counter_ns()
             samples.append((start, end, outcome(int(response["statusCode"]), _replayed(response))))
         return samples
+
+    def cost_split(self) -> dict[str, Any]:
+        """New jobs in process, one at a time, with their time split into parts (SPLIT_PARTS)."""
+        split = CostSplit(self.deps)
+        events = [
+            gateway_event(job, self.host) for job in self.source.take(self.config.requests, self.tenants)
+        ]
+        statuses: Counter[str] = Counter()
+        with split.installed():
+            for event in events:
+                response = split.request(lambda event=event: handle(self.app, self.deps, event, None))
+                statuses[outcome(int(response["statusCode"]), _replayed(response))] += 1
+        reset_accepted_work(self.db.url)
+        summary = split.summary()
+        summary["statuses"] = dict(statuses)
+        parts = ", ".join(f"{name} {part['p50_ms']:.2f}" for name, part in summary["parts"].items())
+        self.console.print(f"  cost split, p50 ms: {parts}; whole {summary['total_ms']['p50']:.2f}")
+        return summary
 
     # -- scenarios
 
@@ -969,6 +1100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 with phases("throughput"):
                     bench.run_throughput()
+                with phases("cost split"):
+                    split = bench.cost_split()
                 with phases("cold start"):
                     cold = bench.run_cold_starts()
                 profile = bench.run_profile() if config.profile else None
@@ -1001,6 +1134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "phases_s": phases.seconds,
         "throughput": [asdict(row) for row in bench.rows],
         "cold_start": cold,
+        "cost_split": split,
     }
     write_json(config.output, document)
     print_report(console, bench.rows, cold)
