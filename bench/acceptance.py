@@ -352,6 +352,7 @@ class Baseline:
                     "sha256": secrets.token_hex(32),
                     "s3_key": f"bench/{document_id}.json",
                     "s3_version_id": "bench",
+                    "body": None,
                     "size_bytes": 1000,
                     "page_count": 1,
                 },

@@ -90,6 +90,12 @@ class ApiSettings(DatabaseSettings, AdmissionSettings, ExtractionSettings):
     max_document_bytes: int = Field(
         default=2 * 1024 * 1024, ge=1024, description="Largest OCR document accepted inline or by reference."
     )
+    document_row_max_bytes: int = Field(
+        default=32 * 1024,
+        ge=0,
+        description="Documents up to this size (canonical form) are kept in their database row, committed "
+        "with the job, instead of an S3 object put before it; 0 puts every document in S3.",
+    )
     default_deadline_seconds: int = Field(
         default=3600, ge=60, description="Deadline of a job that does not set one."
     )

@@ -149,6 +149,49 @@ def test_a_reference_to_an_object_version_under_the_tenants_prefix_is_accepted(t
     assert inline_same_content.json["document"]["document_id"] == by_reference.json["document"]["document_id"]
 
 
+def stored_document(owner_url, document_id):
+    with psycopg.connect(owner_url) as conn:
+        return conn.execute(
+            "SELECT s3_key, s3_version_id, body FROM documents WHERE document_id = %s", (document_id,)
+        ).fetchone()
+
+
+def bucket_keys(tenant_id):
+    import boto3
+
+    from tollgate_dev.local.runtime import LOCAL_BUCKET
+
+    listed = boto3.client("s3").list_objects_v2(Bucket=LOCAL_BUCKET, Prefix=f"tenants/{tenant_id}/")
+    return [item["Key"] for item in listed.get("Contents", [])]
+
+
+def test_a_small_document_is_committed_in_its_row_and_puts_nothing_in_s3(tenant, clean_db):
+    from tollgate.core.documents import pages_from_canonical
+
+    accepted = tenant.client.submit(invoice_request(text="a small invoice"), "small")
+
+    assert accepted.status == 202
+    s3_key, version, body = stored_document(clean_db, accepted.json["document"]["document_id"])
+    assert (s3_key, version) == (None, None)
+    assert pages_from_canonical(body) == ("a small invoice",)
+    assert bucket_keys(tenant.tenant_id) == []
+
+
+def test_a_document_over_the_row_limit_is_put_in_s3_before_the_answer(tenant, clean_db):
+    from tollgate.settings import ApiSettings
+
+    limit = ApiSettings.model_fields["document_row_max_bytes"].default
+    text = "Line item, delivered and invoiced. " * (limit // 30)
+
+    accepted = tenant.client.submit(invoice_request(text=text), "large")
+
+    assert accepted.status == 202
+    assert accepted.json["document"]["size_bytes"] > limit
+    s3_key, version, body = stored_document(clean_db, accepted.json["document"]["document_id"])
+    assert body is None and version is not None
+    assert bucket_keys(tenant.tenant_id) == [s3_key]
+
+
 def test_listing_pages_through_jobs_newest_first_with_a_state_filter(tenant, clean_db):
     ids = [
         tenant.client.submit(invoice_request(text=f"invoice {i}"), f"k{i}").json["job_id"] for i in range(5)

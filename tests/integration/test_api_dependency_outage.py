@@ -84,7 +84,10 @@ def test_an_unreachable_document_store_is_a_503_and_writes_nothing(
     port = unreachable_database_url.rsplit(":", 1)[1].split("/")[0]
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
-    settings = ApiSettings(database_url=SecretStr(database_url), documents_bucket="documents")
+    # Every document goes to S3 (none is kept in its row), so the put is attempted.
+    settings = ApiSettings(
+        database_url=SecretStr(database_url), documents_bucket="documents", document_row_max_bytes=0
+    )
     deps = build_api(settings)
     try:
         event = build_event(

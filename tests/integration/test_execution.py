@@ -505,7 +505,10 @@ def test_a_document_store_that_does_not_answer_schedules_a_retry_without_calling
 
     from botocore.config import Config
 
-    job_id = supplier_tenant.client.submit(invoice_request(TEXT), "k").json["job_id"]
+    # Over the row limit, so the document is an S3 object the worker has to fetch.
+    job_id = supplier_tenant.client.submit(invoice_request(TEXT + "\nTerms apply." * 4000), "k").json[
+        "job_id"
+    ]
     with socket.socket() as probe:  # a port nothing listens on: S3 refuses the connection
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -80,6 +80,10 @@ def store(s3: Any) -> S3RetentionStore:
     return S3RetentionStore(s3, BUCKET)
 
 
+# A seeded document whose text starts with this is kept in its row rather than in the bucket.
+IN_ROW = "[in row]"
+
+
 @dataclass
 class Seeder:
     """Writes what finished (or unfinished) jobs leave in every table, at the times a simulated day says."""
@@ -108,9 +112,17 @@ class Seeder:
         if (tenant_id, text) in self.documents:
             return self.documents[(tenant_id, text)]
         canonical = canonicalize([text])
+        document_id = uuid4()
+        if text.startswith(IN_ROW):  # kept in its row, as acceptance keeps a small document
+            conn.execute(
+                "INSERT INTO documents (document_id, tenant_id, content_sha256, body, size_bytes, page_count,"
+                " created_at) VALUES (%s, %s, %s, %s, %s, 1, %s)",
+                (document_id, tenant_id, canonical.sha256, canonical.body, canonical.size_bytes, at),
+            )
+            self.documents[(tenant_id, text)] = document_id
+            return document_id
         key = document_key(tenant_id, canonical.sha256)
         version = self.s3.put_object(Bucket=BUCKET, Key=key, Body=canonical.body)["VersionId"]
-        document_id = uuid4()
         conn.execute(
             "INSERT INTO documents (document_id, tenant_id, content_sha256, s3_key, s3_version_id, size_bytes,"
             " page_count, created_at) VALUES (%s, %s, %s, %s, %s, %s, 1, %s)",
@@ -395,6 +407,21 @@ def test_an_unfinished_job_and_a_document_still_in_use_are_never_deleted(
     assert live_versions(s3, shared["s3_key"]) == [shared["s3_version_id"]]
     alone_key = document_key(tenant_id, canonicalize(["its own invoice"]).sha256)
     assert live_versions(s3, alone_key) == []
+
+
+def test_a_document_kept_in_its_row_goes_with_the_row_and_queues_no_s3_deletion(
+    seed: Seeder, system_db: Any, store: S3RetentionStore, clean_db: str
+) -> None:
+    tenant_id = seed.tenant(system_db, "acme")
+    seed.finished_job(tenant_id, "in-row", START, text=f"{IN_ROW} invoice")
+    seed.finished_job(tenant_id, "in-s3", START, text="an invoice in the bucket")
+
+    report = apply_retention(system_db, FakeClock(START + 40 * DAY), store, POLICY)
+
+    assert report.deleted["extraction_jobs"] == 2
+    assert query(clean_db, "SELECT count(*) AS n FROM documents")[0]["n"] == 0
+    assert query(clean_db, "SELECT count(*) AS n FROM document_object_deletions")[0]["n"] == 0  # done at once
+    assert report.document_objects == 1  # only the one in the bucket
 
 
 def test_a_crash_between_the_archive_and_the_delete_archives_again_and_loses_nothing(

@@ -66,6 +66,7 @@ class AcceptanceLimits:
     default_deadline_seconds: int
     max_deadline_seconds: int
     max_document_bytes: int
+    document_row_max_bytes: int
     max_output_tokens: int
     default_max_attempts: int
     tenant_max_pending_jobs: int
@@ -146,7 +147,8 @@ def accept_job(
         # The put happens before the lock is taken, so a slow put never holds back the tenant's other
         # requests. The object is content-addressed: if this request is then refused (a conflict, a full
         # quota), the next request with this content reuses it.
-        upload = None if known.fetchone() else _upload(deps, tenant_id, document)
+        in_row = document.size_bytes <= settings.document_row_max_bytes
+        upload = None if in_row or known.fetchone() else _upload(deps, tenant_id, document)
 
         with session.transaction(tenant_id) as conn:
             # Under the lock, the lookup, the counts and the inserts see one consistent picture.
@@ -159,7 +161,7 @@ def accept_job(
                 return replay
             _admit(deps.limits, admission.fetchone(), document.size_bytes, estimated)
             document_id = _store_document(
-                conn, deps, tenant_id, document, stored=stored.fetchone(), upload=upload
+                conn, deps, tenant_id, document, stored=stored.fetchone(), upload=upload, in_row=in_row
             )
 
             job_id = deps.new_id()
@@ -266,12 +268,17 @@ def _store_document(
     *,
     stored: dict[str, Any] | None,
     upload: tuple[str, str] | None,
+    in_row: bool,
 ) -> UUID:
+    """The document's id: the row already stored for this content, or a new row holding the document
+    itself (``in_row``: committed with the job) or the key and version of its S3 object."""
     if stored is not None:  # also when a concurrent request with the same content stored it first
         document_id: UUID = stored["document_id"]
         return document_id
-    # No upload yet when the row seen before the lock has gone since (retention deleted it).
-    s3_key, version_id = upload or _upload(deps, tenant_id, document)
+    s3_key = version_id = None
+    if not in_row:
+        # No upload yet when the row seen before the lock has gone since (retention deleted it).
+        s3_key, version_id = upload or _upload(deps, tenant_id, document)
     document_id = deps.new_id()
     conn.execute(
         deps.db.q.insert_document,
@@ -281,6 +288,7 @@ def _store_document(
             "sha256": document.sha256,
             "s3_key": s3_key,
             "s3_version_id": version_id,
+            "body": document.body if in_row else None,
             "size_bytes": document.size_bytes,
             "page_count": len(document.pages),
         },

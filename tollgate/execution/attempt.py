@@ -338,7 +338,12 @@ def _load_pages(deps: ExecutionDeps, job: ClaimedJob) -> tuple[str, ...]:
     with deps.db.transaction() as conn:
         row = conn.execute(deps.db.q.get_document_for_job, {"document_id": job.document_id}).fetchone()
     assert row is not None
-    raw = deps.documents.get(row["s3_key"], row["s3_version_id"], max_bytes=64 * 1024 * 1024)
+    # A small document was committed in its row with the job; a larger one is an S3 object.
+    raw = (
+        row["body"]
+        if row["body"] is not None
+        else deps.documents.get(row["s3_key"], row["s3_version_id"], max_bytes=64 * 1024 * 1024)
+    )
     return pages_from_canonical(raw)
 
 

@@ -62,7 +62,8 @@ DELETE FROM extraction_jobs WHERE job_id = ANY(%(job_ids)s) AND finished_at IS N
 -- Documents of the jobs just deleted that no other job uses (several jobs share a document by digest).
 -- The caller holds the acceptance lock of each tenant concerned (lock_tenant_acceptance), so an acceptance
 -- that found one of these rows has committed its job by now (and the row stays), or will look again after
--- this commits (and stores the document anew). Each object version goes to the S3 deletion queue.
+-- this commits (and stores the document anew). Each object version goes to the S3 deletion queue; a
+-- document kept in its row is gone with it.
 WITH gone AS (
     DELETE FROM documents d
     WHERE d.document_id = ANY(%(document_ids)s)
@@ -70,7 +71,7 @@ WITH gone AS (
     RETURNING d.tenant_id, d.s3_key, d.s3_version_id
 ), queued AS (
     INSERT INTO document_object_deletions (s3_key, s3_version_id, tenant_id, requested_at)
-    SELECT s3_key, s3_version_id, tenant_id, %(now)s FROM gone
+    SELECT s3_key, s3_version_id, tenant_id, %(now)s FROM gone WHERE s3_key IS NOT NULL
     ON CONFLICT DO NOTHING
 )
 SELECT count(*) AS deleted FROM gone
