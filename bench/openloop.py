@@ -25,7 +25,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from rich.table import Table
 
 from bench.acceptance import JOBS_PATH, Phases, bench_queries, job_body, scratch_database, stop_on_sigterm
 from bench.drain import Provider, capacity, percentile
+from bench.drain import queries as drain_queries
 from bench.machine import command_line, describe_machine, load_average, write_json
 from tollgate.core.clock import new_id
 from tollgate.core.job_states import TERMINAL_STATES, JobState
@@ -616,6 +617,16 @@ def reserved_tokens(db_url: str) -> float | None:
     return None if row is None else row["mean"]
 
 
+def attempt_figures(db_url: str) -> dict[str, Any]:
+    """Attempts by outcome and the mean provider call as the workers saw it (the drain benchmark's queries):
+    what a job costs beyond the simulated latency shows as completions below capacity."""
+    q = drain_queries()
+    with psycopg.connect(db_url, row_factory=dict_row) as conn:
+        outcomes = {r["outcome"]: int(r["attempts"]) for r in conn.execute(q.attempt_outcomes)}
+        call = conn.execute(q.call_latency).fetchone()
+    return {"outcomes": outcomes, "call_latency_s": None if call is None else call["mean_s"]}
+
+
 def run(config: Config, console: Console) -> dict[str, Any]:
     phases = Phases()
     limits = capacity(PROVIDER, reserved_tokens=5_100)
@@ -694,6 +705,7 @@ def run(config: Config, console: Console) -> dict[str, Any]:
                 sampler.stop_event.set()
                 sampler.join()
                 machine["load_average_after"] = load_average()
+                provider_stats = asdict(stack.simulator.stats) if stack.simulator else None
             finally:
                 with phases("stack stop"):
                     stack.stop()
@@ -701,6 +713,7 @@ def run(config: Config, console: Console) -> dict[str, Any]:
             jobs = load_jobs(db.url, [*tenants, warmup_tenant], wall_at_start)
             run_jobs = [j for j in jobs if j.key.startswith(f"openloop-{run_id}-")]
             mean_tokens = reserved_tokens(db.url)
+            attempts = attempt_figures(db.url)
     for arrival, record in zip(arrivals, records, strict=True):
         record["tenant"] = arrival.tenant
     return analyse(
@@ -715,6 +728,8 @@ def run(config: Config, console: Console) -> dict[str, Any]:
         admission=admission,
         budget=budget,
         mean_tokens=mean_tokens,
+        provider_stats=provider_stats,
+        attempts=attempts,
         machine=machine,
         phases=phases.seconds,
         started=started,
@@ -744,6 +759,8 @@ def analyse(
     admission: Mapping[str, Any],
     budget: Mapping[str, Any],
     mean_tokens: float | None,
+    provider_stats: Mapping[str, Any] | None,
+    attempts: Mapping[str, Any],
     machine: dict[str, Any],
     phases: Mapping[str, float],
     started: datetime,
@@ -759,6 +776,15 @@ def analyse(
         (model.backlog(fit_to) - model.backlog(fit_from)) / (fit_to - fit_from) if fit_to > fit_from else None
     )
     measured_slope = slope([(s[0], s[1]) for s in in_fit])
+    # The same model at the completion rate the run reached in that stretch: what is left of the gap once
+    # the shortfall against nominal capacity is accounted for.
+    served = slope([(s[0], s[4]) for s in in_fit])
+    at_served = replace(model, capacity=served) if served else None
+    served_slope = (
+        (at_served.uncapped_backlog(fit_to) - at_served.uncapped_backlog(fit_from)) / (fit_to - fit_from)
+        if at_served is not None and fit_to > fit_from
+        else None
+    )
     recount_slope = slope([(s[0], s[2]) for s in in_fit])
     done_from = model.latency_s + 1.0
     completions = slope([(s[0], s[4]) for s in samples if done_from <= s[0] <= duration])
@@ -839,6 +865,8 @@ def analyse(
                 "to_s": fit_to,
                 "samples": len(in_fit),
                 "predicted_per_s": predicted_slope,
+                "completions_per_s": served,
+                "predicted_at_completions_per_s": served_slope,
                 "measured_per_s": measured_slope,
                 "recount_per_s": recount_slope,
                 "measured_over_predicted": measured_slope / predicted_slope
@@ -859,6 +887,10 @@ def analyse(
             "to_s": duration,
             "per_s": completions,
             "share_of_capacity": completions / limits["binding"] if completions is not None else None,
+            # At the cap the backlog stops growing; the workers should go on at the same rate.
+            "at_cap_per_s": slope(
+                [(s[0], s[4]) for s in samples if first_503 is not None and first_503 <= s[0] <= duration]
+            ),
         },
         "latency": {
             "windows": windows,
@@ -870,6 +902,8 @@ def analyse(
             "refused": percentiles_ms(refused),
         },
         "explanation": explanation,
+        "provider": provider_stats,
+        "attempts": dict(attempts),
     }
 
 
