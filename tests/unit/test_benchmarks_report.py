@@ -141,3 +141,20 @@ def test_a_scale_claim_that_took_a_job_it_should_not_have_is_reported(results_co
     text = report.render(report.load_results(results_copy))
     assert "**3 measured claims took nothing, or a job of a tenant with nothing runnable.**" in text
     assert "Every measured claim took a job of a tenant with runnable work." not in text
+
+
+def test_an_open_loop_refusal_admission_did_not_owe_and_a_late_client_are_reported(results_copy):
+    # Given an open-loop run in which one 503 came while the backlog was below its cap, and the client
+    # sent its requests up to a second late
+    def unowed_and_late(document):
+        document["refusals"]["503"]["unmatched"] = 1
+        document["client"].update(p99_s=0.9, kept_schedule=False)
+
+    edit(results_copy / "openloop.json", unowed_and_late)
+
+    # Then the section marks the 503s as missed and says the arrivals were not fully open-loop
+    text = report.render(report.load_results(results_copy))
+    assert next(line for line in text.splitlines() if "503s owed by the backlog cap" in line).endswith(
+        "**missed** |"
+    )
+    assert "**The client fell behind its schedule**" in text
