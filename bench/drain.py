@@ -10,11 +10,13 @@ job), concurrency / mean latency), the provider's 429s as a share of attempts, t
 saw in flight against its cap, and the light tenants' p95 time to completion against the heavy tenant's
 and against one job's service time on an idle system.
 
-Two provider profiles, each recorded in its own results file: ``--profile concurrency`` (the default:
-calls in flight bind, bench/results/drain.json) and ``--profile tokens`` (tokens per minute bind,
+Three profiles, each recorded in its own results file: ``--profile concurrency`` (the default: calls in
+flight bind, bench/results/drain.json), ``--profile tokens`` (tokens per minute bind,
 bench/results/drain_tokens.json), where each slot's wait for budget, not for a free slot, decides how soon
-a light tenant's job runs. ``--quick`` is a smoke run. This is a report, not a test: targets are printed
-next to the figures, never asserted.
+a light tenant's job runs, and ``--profile many-tenants`` (bench/results/drain_many.json): 1,000 light
+tenants with one job each, arriving one by one over most of a longer window, under the shared budget only
+unless ``--scenarios`` asks for the baselines. ``--quick`` is a smoke run. This is a report, not a test:
+targets are printed next to the figures, never asserted.
 """
 
 from __future__ import annotations
@@ -52,9 +54,10 @@ from rich.table import Table
 from bench.machine import command_line, describe_machine, load_average, write_json
 from tollgate.accept.models import CreateJobRequest
 from tollgate.accept.service import AcceptanceDeps, accept_job
-from tollgate.core.clock import new_id
+from tollgate.core.clock import SystemClock, new_id
 from tollgate.db import Database, Queries, build_database, load_queries
 from tollgate.db.migrations import apply_migrations
+from tollgate.execution.leasing import peek_next_job
 from tollgate.settings import REPO_ROOT, ApiSettings, DatabaseSettings
 from tollgate.tenants.keys import create_tenant
 from tollgate.tenants.suppliers import add_supplier
@@ -84,23 +87,41 @@ ADMISSION_OVERRIDES: dict[str, Any] = {
     "tenant_max_pending_bytes": 10**13,
     "tenant_max_pending_tokens": 10**13,
 }
+# The light tenants' target is the profile's (``Profile.light_p95_target``), recorded beside these.
 TARGETS = {
     "global_min_share_of_capacity": 0.90,
     "global_max_rejected_share": 0.01,
-    "light_p95_max_multiple_of_service_time": 5.0,
 }
 
 
 @dataclass(frozen=True)
+class Sizes:
+    """How much work a run brings: the heavy backlog, the light tenants and their jobs, the window."""
+
+    heavy_jobs: int
+    light_tenants: int
+    light_jobs_each: int
+    window_s: float
+
+
+@dataclass(frozen=True)
 class Profile:
-    """Which provider limit binds, the provider's tokens per minute that make it so, and where it is recorded.
+    """Which provider limit binds, the provider's tokens per minute that make it so, the work, and where it
+    is recorded.
 
     ``warmup_s``: a provider's per-minute buckets start full, so where one of them binds, the first minute is
-    a burst bound by something else. The window opens after the backlog has drained that long."""
+    a burst bound by something else. The window opens after the backlog has drained that long.
+    ``light_span``: the share of the window over which the light jobs arrive, one by one. ``scenarios``: the
+    limiters run when ``--scenarios`` does not say (None: all three)."""
 
     tokens_per_minute: int
     warmup_s: float
     output: Path
+    sizes: Sizes = Sizes(heavy_jobs=2000, light_tenants=5, light_jobs_each=4, window_s=100.0)
+    quick: Sizes = Sizes(heavy_jobs=250, light_tenants=3, light_jobs_each=2, window_s=12.0)
+    light_span: float = 0.6
+    light_p95_target: float = 5.0
+    scenarios: tuple[str, ...] | None = None
 
 
 PROFILES = {
@@ -109,6 +130,20 @@ PROFILES = {
     "concurrency": Profile(3_600_000, 0.0, DEFAULT_OUTPUT),
     # A quarter of the tokens: 2.9 jobs/s at ~5,100 reserved tokens a job, against 10 for concurrency.
     "tokens": Profile(900_000, 60.0, BENCH_DIR / "results" / "drain_tokens.json"),
+    # Issue 14: 1,000 light tenants, one job each, arriving over 85% of a 300 s window: about 3.9 jobs/s,
+    # under half the capacity of 10, so they meet a busy system without being a backlog of their own. The
+    # heavy tenant's 3,000 jobs outlast the window at the ~6 jobs/s the light ones leave it. The target is
+    # the issue's 3x one job; the shared budget alone is measured unless --scenarios names the baselines.
+    "many-tenants": Profile(
+        3_600_000,
+        0.0,
+        BENCH_DIR / "results" / "drain_many.json",
+        sizes=Sizes(heavy_jobs=3000, light_tenants=1000, light_jobs_each=1, window_s=300.0),
+        quick=Sizes(heavy_jobs=400, light_tenants=100, light_jobs_each=1, window_s=40.0),
+        light_span=0.85,
+        light_p95_target=3.0,
+        scenarios=("global",),
+    ),
 }
 
 
@@ -161,6 +196,8 @@ class Config:
     heavy_jobs: int
     light_tenants: int
     light_jobs_each: int
+    light_span: float
+    light_p95_target: float
     workers: int
     slots: int
     tenant_cap: int
@@ -277,16 +314,17 @@ def environment(tenant_count: int) -> Iterator[Environment]:
             pool_name="drain-system",
         )
         try:
-            tenants = make_tenants(system_db, tenant_count)
+            tenants = make_tenants(system_db, db_url, tenant_count)
             yield Environment(db_url, source, aws_endpoint, queue_url, api.acceptance, system_db, tenants)
         finally:
             system_db.close()
             api.acceptance.db.close()
 
 
-def make_tenants(db: Database, light_count: int) -> Tenants:
+def make_tenants(db: Database, db_url: str, light_count: int) -> Tenants:
     """Tenants who know every sample supplier and accept every sample currency, so a faithful extraction
-    passes validation."""
+    passes validation. The heavy and solo tenants are made as an operator makes one; the light tenants are
+    copies of the heavy one made in one statement, however many there are."""
     currencies = sorted({supplier.currency for supplier in SUPPLIERS})
     run = secrets.token_hex(3)
 
@@ -296,7 +334,12 @@ def make_tenants(db: Database, light_count: int) -> Tenants:
             add_supplier(db, created.tenant_id, supplier.name, supplier.iban, new_id)
         return created.tenant_id
 
-    return Tenants(tenant("heavy"), tuple(tenant(f"light-{n}") for n in range(light_count)), tenant("solo"))
+    heavy = tenant("heavy")
+    with psycopg.connect(db_url, row_factory=dict_row, autocommit=True) as conn:
+        copies = conn.execute(
+            queries().copy_tenants, {"template": heavy, "prefix": f"drain-{run}-light-", "count": light_count}
+        ).fetchall()
+    return Tenants(heavy, tuple(row["tenant_id"] for row in copies), tenant("solo"))
 
 
 # -------------------------------------------------------------------------------------- worker processes
@@ -440,6 +483,8 @@ class ScenarioResult:
     heavy: dict[str, float | int | None]
     light_p95_over_service: float | None
     light_p95_over_heavy_p95: float | None
+    # The claim's peek, timed by the benchmark while the window was open (``ScenarioRun.time_peeks``).
+    peek_during_window: dict[str, float | int | None]
     job_states: dict[str, int]
     attempt_outcomes: dict[str, int]
     reserved_tokens_per_job: float
@@ -466,6 +511,7 @@ class ScenarioRun:
         self.errors: list[str] = []
         self.backlog_ready = threading.Event()
         self.solo_jobs: list[UUID] = []
+        self.peek_s: list[float] = []
 
     def run(self, log_dir: Path) -> ScenarioResult:
         env, config, scenario = self.env, self.config, self.scenario
@@ -495,9 +541,14 @@ class ScenarioRun:
             started_at = datetime.now(UTC)
             lights = threading.Thread(target=self.submit_light_jobs, args=(started,), daemon=True)
             lights.start()
+            window_closed = threading.Event()
+            peeks = threading.Thread(target=self.time_peeks, args=(window_closed,), daemon=True)
+            peeks.start()
             self.wait(started, (loader, lights), fleet)
             ended_at = datetime.now(UTC)
             window = time.monotonic() - started
+            window_closed.set()
+            peeks.join()
             lights.join()
             loader.join()
             stats = simulator.stats
@@ -515,6 +566,16 @@ class ScenarioRun:
                 self.errors.append(f"worker processes exited during the warm-up: pids {fleet.exited()}")
                 return
             time.sleep(0.25)
+
+    def time_peeks(self, window_closed: threading.Event) -> None:
+        """Times the peek every slot makes before its claim (the claim's own run-queue reads, taking nothing)
+        twice a second while the window is open: what the claim's reads cost with this many tenants, with
+        no pg_stat_statements on the server and no job taken from the workers."""
+        clock = SystemClock()
+        while not window_closed.wait(0.5):
+            begun = time.perf_counter()
+            peek_next_job(self.env.system_db, clock, tenant_cap=self.config.tenant_cap)
+            self.peek_s.append(time.perf_counter() - begun)
 
     def measure_solo(self) -> float | None:
         """Jobs run one at a time on an idle system; returns their mean time from accepted to finished. The
@@ -561,12 +622,12 @@ class ScenarioRun:
             self.backlog_ready.set()
 
     def submit_light_jobs(self, started: float) -> None:
-        """Light tenants' jobs arrive one by one while the heavy backlog drains, spread over the first 60% of
-        the window, so each meets a busy system."""
+        """Light tenants' jobs arrive one by one while the heavy backlog drains, spread evenly over the first
+        part of the window (``light_span``), so each meets a busy system and none meets a light backlog."""
         config, env = self.config, self.env
         owners = [t for t in env.tenants.light for _ in range(config.light_jobs_each)]
         random.Random(11).shuffle(owners)
-        span = config.window_s * 0.6
+        span = config.window_s * config.light_span
         for index, tenant_id in enumerate(owners):
             due = started + 1.0 + span * index / max(1, len(owners))
             time.sleep(max(0.0, due - time.monotonic()))
@@ -667,6 +728,7 @@ class ScenarioRun:
             heavy=heavy,
             light_p95_over_service=float(light_p95) / service if light_p95 is not None and service else None,
             light_p95_over_heavy_p95=float(light_p95) / float(heavy_p95) if light_p95 and heavy_p95 else None,
+            peek_during_window=spread(self.peek_s),
             job_states=dict(Counter(r["state"] for r in rows)),
             attempt_outcomes={r["outcome"]: int(r["attempts"]) for r in env.query("attempt_outcomes")},
             call_latency_s=env.query("call_latency")[0]["mean_s"],
@@ -690,12 +752,16 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
 
 
+def _milliseconds(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f} ms"
+
+
 # ------------------------------------------------------------------------------------------------ report
 
 
 def print_report(console: Console, config: Config, results: list[ScenarioResult]) -> None:
     provider = config.provider
-    table = Table(title="Drain: heavy backlog + light tenants, three limiters", show_lines=False)
+    table = Table(title="Drain: heavy backlog + light tenants, by limiter", show_lines=False)
     for column in (
         "limiter",
         "jobs/s",
@@ -735,7 +801,8 @@ def print_report(console: Console, config: Config, results: list[ScenarioResult]
         )
     console.print(
         "Targets for the global budget (reported, not asserted): >= 90% of capacity, <= 1% of attempts "
-        "refused by the provider, never above the in-flight cap, light p95 within 5x one job's service time."
+        "refused by the provider, never above the in-flight cap, light p95 within "
+        f"{config.light_p95_target:g}x one job's service time."
     )
 
 
@@ -759,17 +826,31 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         choices=sorted(PROFILES),
         default="concurrency",
         help="which provider limit binds: concurrency (default, results in drain.json) or tokens per minute "
-        "(--tpm 900000 and a 60 s warm-up, results in drain_tokens.json)",
+        "(--tpm 900000 and a 60 s warm-up, results in drain_tokens.json); many-tenants: concurrency bound, "
+        "1,000 light tenants with a job each over a 300 s window, the shared budget only, results in "
+        "drain_many.json",
     )
     parser.add_argument("--quick", action="store_true", help="smoke run: a few hundred jobs, 12 s each")
-    parser.add_argument("--heavy-jobs", type=int, help="the heavy tenant's backlog (default 2000; quick 250)")
-    parser.add_argument("--window", type=float, help="seconds each scenario drains (default 100; quick 12)")
+    parser.add_argument(
+        "--heavy-jobs",
+        type=int,
+        help="the heavy tenant's backlog (default 2000, many-tenants 3000; quick 250)",
+    )
+    parser.add_argument(
+        "--light-tenants", type=int, help="light tenants (default 5, many-tenants 1000; quick 3 and 100)"
+    )
+    parser.add_argument(
+        "--light-jobs", type=int, help="jobs each light tenant submits (default 4, many-tenants 1)"
+    )
+    parser.add_argument(
+        "--window", type=float, help="seconds each scenario drains (default 100, many-tenants 300; quick 12)"
+    )
     parser.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
     parser.add_argument("--slots", type=int, default=6, help="execution slots per worker (default 6)")
     parser.add_argument(
         "--scenarios",
-        default=",".join(s.key for s in SCENARIOS),
-        help="which limiters, comma-separated (default all: global,per_worker_aimd,no_limit)",
+        help="which limiters, comma-separated (default all: global,per_worker_aimd,no_limit; many-tenants: "
+        "global)",
     )
     parser.add_argument("--rpm", type=int, default=720, help="provider requests per minute (default 720)")
     parser.add_argument(
@@ -786,23 +867,27 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         "--output", type=Path, help="where the JSON report goes (default: the profile's file)"
     )
     args = parser.parse_args(argv)
-    chosen = {key.strip() for key in args.scenarios.split(",") if key.strip()}
+    profile = PROFILES[args.profile]
+    named = args.scenarios or ",".join(profile.scenarios or (s.key for s in SCENARIOS))
+    chosen = {key.strip() for key in named.split(",") if key.strip()}
     scenarios = tuple(s for s in SCENARIOS if s.key in chosen)
     if not scenarios or chosen - {s.key for s in SCENARIOS}:
         parser.error(f"scenarios are among {', '.join(s.key for s in SCENARIOS)}")
     total_slots = args.workers * args.slots
-    profile = PROFILES[args.profile]
+    sizes = profile.quick if args.quick else profile.sizes
     return Config(
         profile=args.profile,
         warmup_s=args.warmup if args.warmup is not None else (0.0 if args.quick else profile.warmup_s),
-        heavy_jobs=args.heavy_jobs or (250 if args.quick else 2000),
-        light_tenants=3 if args.quick else 5,
-        light_jobs_each=2 if args.quick else 4,
+        heavy_jobs=args.heavy_jobs or sizes.heavy_jobs,
+        light_tenants=args.light_tenants or sizes.light_tenants,
+        light_jobs_each=args.light_jobs or sizes.light_jobs_each,
+        light_span=profile.light_span,
+        light_p95_target=profile.light_p95_target,
         workers=args.workers,
         slots=args.slots,
         # The heavy tenant may fill all but two slots; those stay free for other tenants' jobs.
         tenant_cap=max(1, total_slots - 2),
-        window_s=args.window or (12.0 if args.quick else 100.0),
+        window_s=args.window or sizes.window_s,
         solo_jobs=2 if args.quick else 5,
         # The workers' slots outnumber the provider's concurrency, as they would in AWS.
         provider=Provider(
@@ -844,7 +929,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 console.print(f"    [red]worker exit codes {result.workers_exit_codes}[/red]\n{tail}")
             console.print(
                 f"    {result.jobs_per_s:.2f} jobs/s ({result.share_of_capacity:.0%} of capacity), "
-                f"{result.rejected_share:.1%} refused, max in flight {result.provider_max_in_flight}"
+                f"{result.rejected_share:.1%} refused, max in flight {result.provider_max_in_flight}, "
+                f"light p95 {_seconds(result.light['p95_s'])} ({result.light['count']} done), "
+                f"the claim's peek p95 {_milliseconds(result.peek_during_window['p95_s'])}"
             )
         machine["load_average_after"] = load_average()
 
@@ -859,7 +946,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "scenarios": [s.key for s in config.scenarios],
             "admission_overrides": ADMISSION_OVERRIDES,
         },
-        "targets": TARGETS,
+        "targets": {**TARGETS, "light_p95_max_multiple_of_service_time": config.light_p95_target},
         "scenarios": [asdict(result) for result in results],
         "errors": errors,
     }

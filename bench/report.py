@@ -22,9 +22,12 @@ REPO_ROOT = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
 OUTPUT = REPO_ROOT / "BENCHMARKS.md"
 # In the order the sections appear (and `make bench` runs them).
-BENCHMARKS = ("acceptance", "relay", "drain", "drain_tokens", "scale", "openloop", "accuracy")
+BENCHMARKS = ("acceptance", "relay", "drain", "drain_tokens", "drain_many", "scale", "openloop", "accuracy")
 # How to make a results file whose benchmark module is not simply named after it.
-RUN_COMMANDS = {"drain_tokens": "python -m bench.drain --profile tokens"}
+RUN_COMMANDS = {
+    "drain_tokens": "python -m bench.drain --profile tokens",
+    "drain_many": "python -m bench.drain --profile many-tenants",
+}
 
 Doc = Mapping[str, Any]
 # Spelled by name: ruff rightly flags look-alike characters typed into the source.
@@ -227,6 +230,7 @@ DERIVED_COMMANDS: dict[str, Callable[[Doc], str]] = {
     "relay": _relay_command,
     "drain": _drain_command,
     "drain_tokens": lambda config: _drain_command(config) + " --profile tokens",
+    "drain_many": lambda config: _drain_command(config) + " --profile many-tenants",
     "scale": _scale_command,
     "accuracy": _accuracy_command,
 }
@@ -604,11 +608,26 @@ DRAIN_SHORT = {"per_worker_aimd": "per-worker AIMD", "no_limit": "no limiter"}
 DRAIN_HEADINGS = {
     "drain": "## Provider budget and fairness (drain)",
     "drain_tokens": "## Provider budget and fairness when tokens per minute bind (drain, tokens profile)",
+    "drain_many": "## Provider budget and fairness with many light tenants (drain, many-tenants profile)",
 }
 
 
 def drain_tokens_section(doc: Doc) -> list[str]:
     return drain_section(doc, "drain_tokens")
+
+
+def drain_many_section(doc: Doc) -> list[str]:
+    return drain_section(doc, "drain_many")
+
+
+def _light_arrivals(config: Doc) -> str:
+    """Who submits the light jobs, and when (files from before ``light_span`` was recorded used 0.6)."""
+    each = config["light_jobs_each"]
+    span = config["window_s"] * config.get("light_span", 0.6)
+    return (
+        f"{config['light_tenants']:,} light tenants submit {each} job{'s' if each != 1 else ''} each while "
+        f"it drains, one job at a time, evenly over the window's first {num(span, 0)} s"
+    )
 
 
 def drain_section(doc: Doc, name: str = "drain") -> list[str]:
@@ -624,10 +643,7 @@ def drain_section(doc: Doc, name: str = "drain") -> list[str]:
         f"{provider['requests_per_minute']:,} requests/min, {provider['tokens_per_minute']:,} tokens/min, "
         f"{provider['max_concurrency']} calls in flight"
     )
-    backlog = (
-        f"A heavy tenant's backlog of {config['heavy_jobs']:,} jobs; {config['light_tenants']} light tenants "
-        f"submit {config['light_jobs_each']} jobs each while it drains"
-    )
+    backlog = f"A heavy tenant's backlog of {config['heavy_jobs']:,} jobs; {_light_arrivals(config)}"
     limits = (
         f"requests {num(capacity['requests_per_minute'], 2)}, tokens {num(capacity['tokens_per_minute'], 2)} "
         f"at {num(first['reserved_tokens_per_job'], 0)} reserved tokens a job, "
@@ -637,6 +653,11 @@ def drain_section(doc: Doc, name: str = "drain") -> list[str]:
         f"{workers} against the simulated provider ({quotas}, lognormal latency averaging "
         f"{num(provider['latency_mean_s'])} s). {backlog}; {num(config['window_s'], 0)} s per limiter, one "
         f"after the other in the same run"
+        + (
+            ""
+            if len(scenarios) > 1
+            else " (only the shared budget in this run; `--scenarios` adds the baselines)"
+        )
         + (
             f", each window opening after the backlog has drained for {num(config['warmup_s'], 0)} s "
             "(the provider's per-minute buckets start full, so the first minute is a burst bound by "
@@ -662,7 +683,7 @@ def drain_section(doc: Doc, name: str = "drain") -> list[str]:
                 f"{s['provider_max_in_flight']} / {s['provider_in_flight_cap']}",
                 f"{num(light['p95_s'])} s" if light["count"] else "none finished",
                 f"{s['light_p95_over_service']:.1f}{TIMES}" if light["count"] else "",
-                f"{light['count']} of {s['light_submitted']}",
+                f"{light['count']:,} of {s['light_submitted']:,}",
                 f"{s['failed']:,}",
             ]
         )
@@ -709,6 +730,16 @@ def drain_section(doc: Doc, name: str = "drain") -> list[str]:
             + ".",
             "",
         ]
+        peek = baseline.get("peek_during_window")
+        if peek and peek["count"]:
+            lines += [
+                "The claim's cost during the window: the peek every slot makes before it claims (the same "
+                "run-queue reads as the claim, taking nothing), timed by the benchmark twice a second with "
+                f"{config['light_tenants'] + 2:,} tenants in the database: p50 {ms(peek['p50_s'] * 1000)} "
+                f"ms, p95 {ms(peek['p95_s'] * 1000)} ms, max {ms(peek['max_s'] * 1000)} ms "
+                f"({peek['count']} samples).",
+                "",
+            ]
     simulator = (baseline or first).get("simulator") or {}
     if binding == "tokens_per_minute" and simulator.get("completions"):
         prompt = simulator["prompt_tokens"] / simulator["completions"]
@@ -720,12 +751,14 @@ def drain_section(doc: Doc, name: str = "drain") -> list[str]:
             "with 100%.",
             "",
         ]
-    lines += [
-        "The simulated provider refuses an excess call at once and cheaply, so the baselines' throughput "
-        "looks close to the budget's; what they pay shows in refused attempts, failed jobs and the light "
-        "tenants' wait. DynamoDB is moto in a child process, its requests serialized.",
-        "",
-    ]
+    moto = "DynamoDB is moto in a child process, its requests serialized."
+    if len(scenarios) > 1:
+        moto = (
+            "The simulated provider refuses an excess call at once and cheaply, so the baselines' throughput "
+            "looks close to the budget's; what they pay shows in refused attempts, failed jobs and the light "
+            f"tenants' wait. {moto}"
+        )
+    lines += [moto, ""]
     return lines
 
 
@@ -956,16 +989,17 @@ def drain_summary(drain: Doc, at: str, bound: str = "") -> list[list[str]]:
     by_key = {s["key"]: s for s in drain["scenarios"]}
     budget = by_key.get("global")
     others = [(label, by_key[key]) for key, label in DRAIN_SHORT.items() if key in by_key]
-    if not budget or not others:
+    if not budget:
         return []
 
     def each(figure: Callable[[Doc], str]) -> str:
-        return "; ".join(f"{label} {figure(other)}" for label, other in others)
+        return "; ".join(f"{label} {figure(other)}" for label, other in others) or "not run"
 
     def p95_ratio(other: Doc) -> str:
         return times(budget["light"]["p95_s"] / other["light"]["p95_s"]) if other["light"]["count"] else "-"
 
     refused = f"{pct(budget['rejected_share'])} ({budget['provider_429s']:,} of {budget['attempts']:,})"
+    target = drain["targets"]["light_p95_max_multiple_of_service_time"]
     return [
         [
             f"shared budget{bound}: jobs/s (share of capacity)",
@@ -985,7 +1019,18 @@ def drain_summary(drain: Doc, at: str, bound: str = "") -> list[list[str]]:
             f"shared budget{bound}: light tenants' p95 behind {drain['config']['heavy_jobs']:,} heavy jobs",
             _light_p95(budget),
             each(_light_p95),
-            each(p95_ratio),
+            each(p95_ratio) if others else "",
+            at,
+        ],
+        [
+            f"shared budget{bound}: light tenants' p95 ÷ one job's service time (target ≤ {target:g}{TIMES})",
+            f"{budget['light_p95_over_service']:.1f}{TIMES} ({num(budget['solo_service_s'])} s a job; "
+            f"{budget['light']['count']:,} of {budget['light_submitted']:,} light jobs done): "
+            + held(budget["light_p95_over_service"] <= target)
+            if budget["light"]["count"]
+            else "none done",
+            "",
+            "",
             at,
         ],
     ]
@@ -1099,6 +1144,10 @@ def summary_rows(results: Mapping[str, Doc]) -> list[list[str]]:
     if drain_tokens:
         at = f"`drain_tokens.json` {run_date(drain_tokens)}"
         rows += drain_summary(drain_tokens, at, ", tokens per minute bound")
+    drain_many = results.get("drain_many")
+    if drain_many:
+        at = f"`drain_many.json` {run_date(drain_many)}"
+        rows += drain_summary(drain_many, at, f", {drain_many['config']['light_tenants']:,} light tenants")
     scale = results.get("scale")
     if scale:
         rows += scale_summary(scale)
@@ -1414,6 +1463,7 @@ SECTIONS: dict[str, Callable[[Doc], list[str]]] = {
     "relay": relay_section,
     "drain": drain_section,
     "drain_tokens": drain_tokens_section,
+    "drain_many": drain_many_section,
     "scale": scale_section,
     "openloop": openloop_section,
     "accuracy": accuracy_section,

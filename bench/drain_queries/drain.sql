@@ -37,3 +37,22 @@ FROM extraction_jobs j
 LEFT JOIN job_attempts a USING (job_id)
 WHERE j.tenant_id = ANY(%(tenant_ids)s::uuid[])
 GROUP BY j.job_id
+
+-- name: copy_tenants
+-- %(count)s tenants named %(prefix)s000001, %(prefix)s000002, ... in one statement, each with the currencies
+-- and suppliers of the template tenant (made by create_tenant and add_supplier): a thousand light tenants
+-- through those would be twelve thousand transactions. The trigger on tenants gives each its run-queue row,
+-- as it does for create_tenant; the copies get no API key, since the benchmark accepts jobs in-process.
+WITH made AS (
+    INSERT INTO tenants (tenant_id, name, allowed_currencies)
+    SELECT gen_random_uuid(), %(prefix)s::text || lpad(n::text, 6, '0'), t.allowed_currencies
+    FROM tenants t CROSS JOIN generate_series(1, %(count)s::int) AS n
+    WHERE t.tenant_id = %(template)s
+    RETURNING tenant_id, name
+), suppliers AS (
+    INSERT INTO tenant_suppliers (supplier_id, tenant_id, name, normalized_name, iban)
+    SELECT gen_random_uuid(), made.tenant_id, s.name, s.normalized_name, s.iban
+    FROM made CROSS JOIN tenant_suppliers s
+    WHERE s.tenant_id = %(template)s
+)
+SELECT tenant_id FROM made ORDER BY name

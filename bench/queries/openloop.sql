@@ -2,7 +2,7 @@
 -- every second while arrivals run, and every job at the end, so each accepted request can be explained.
 
 -- name: openloop_set_tenant_quota
--- The per-tenant limit admission reads (tenant_admission_limits) before the deployment's default.
+-- The per-tenant limit admission reads (tenants.max_pending_jobs) before the deployment's default.
 UPDATE tenants SET max_pending_jobs = %(max_pending_jobs)s WHERE tenant_id = %(tenant_id)s
 
 -- name: openloop_backlog_sample

@@ -2,14 +2,14 @@
 -- tenant_queues and backlog_shards (migration 0010) and index ends; outbox_events and execution_inbox for
 -- the relay's gauges. They write nothing.
 
--- name: tenant_pending_usage
--- The tenant's unfinished work, from its counters (migration 0010): one row, whatever its backlog.
-SELECT pending_jobs AS jobs, pending_bytes AS bytes, pending_tokens AS tokens
-FROM tenant_queues
-WHERE tenant_id = %(tenant_id)s
-
--- name: system_backlog
-SELECT coalesce(sum(unfinished), 0)::bigint AS backlog FROM backlog_shards
+-- name: tenant_admission
+-- All that admission reads, in one statement that counts nothing: the tenant's limits (no row when the
+-- tenant is gone), its unfinished work from its counters, and the system backlog from the shards.
+SELECT t.max_pending_jobs, t.max_pending_bytes, t.max_pending_tokens,
+       q.pending_jobs AS jobs, q.pending_bytes AS bytes, q.pending_tokens AS tokens,
+       (SELECT coalesce(sum(unfinished), 0)::bigint FROM backlog_shards) AS backlog
+FROM tenants t JOIN tenant_queues q USING (tenant_id)
+WHERE t.tenant_id = %(tenant_id)s
 
 -- name: backlog_metrics
 -- Counters and index ends, never a scan of the jobs: running and unfinished from the shards; waiting

@@ -24,6 +24,7 @@ VALUES (
     %(job_id)s, %(tenant_id)s, %(idempotency_key)s, %(request_hash)s, %(job_type)s, %(document_id)s,
     %(schema_version)s, %(model_policy)s, %(options)s, %(metadata)s, %(priority)s, %(max_attempts)s,
     %(estimated_tokens)s, %(document_bytes)s, %(deadline_at)s, %(trace_context)s)
+RETURNING *
 
 -- name: get_job
 SELECT j.*, d.content_sha256, d.size_bytes, d.page_count

@@ -10,10 +10,6 @@ RETURNING tenant_id
 -- name: find_tenant_by_name
 SELECT tenant_id, name FROM tenants WHERE name = %(name)s
 
--- name: tenant_admission_limits
-SELECT max_pending_jobs, max_pending_bytes, max_pending_tokens
-FROM tenants WHERE tenant_id = %(tenant_id)s
-
 -- name: tenant_validation_policy
 SELECT t.allowed_currencies,
        coalesce(array_agg(s.name) FILTER (WHERE s.name IS NOT NULL), '{}') AS supplier_names,
