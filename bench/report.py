@@ -1392,12 +1392,22 @@ def _provider_text(doc: Doc) -> str:
         return ""
     outcomes = ", ".join(f"{v:,} {k}" for k, v in sorted((attempts.get("outcomes") or {}).items()))
     call = attempts.get("call_latency_s")
+    # Calls in flight bind: a permit not held by a running job is capacity lost, whatever its reason.
+    completed = doc["completions"]
+    running = [s[3] for s in doc["backlog"]["samples"] if completed["from_s"] <= s[0] <= completed["to_s"]]
+    in_flight = doc["config"]["provider"]["max_concurrency"]
     return (
         f" The provider saw {provider['requests']:,} calls, refused {provider['rate_limited']:,} with 429 "
         f"and had at most {provider['max_concurrency']} in flight; attempts: {outcomes or 'none'}"
         + (
             f"; a successful call took {num(float(call), 2)} s on average as the workers saw it"
             if call
+            else ""
+        )
+        + (
+            f"; jobs running averaged {num(statistics.fmean(running), 2)} of the {in_flight} calls in flight "
+            f"the budget allows, {num(completed['from_s'], 0)}{DASH}{num(completed['to_s'], 0)} s"
+            if running
             else ""
         )
         + "."
