@@ -72,6 +72,7 @@ bench: setup ## Run the benchmarks; results go to bench/results/, figures to BEN
 	$(RUN) -m bench.drain --profile tokens
 	$(RUN) -m bench.drain --profile many-tenants
 	$(RUN) -m bench.scale
+	$(RUN) -m bench.openloop
 	$(RUN) -m bench.report
 
 openapi: setup-runtime ## Regenerate the committed openapi.json from the routes

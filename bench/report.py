@@ -22,7 +22,7 @@ REPO_ROOT = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
 OUTPUT = REPO_ROOT / "BENCHMARKS.md"
 # In the order the sections appear (and `make bench` runs them).
-BENCHMARKS = ("acceptance", "relay", "drain", "drain_tokens", "drain_many", "scale", "accuracy")
+BENCHMARKS = ("acceptance", "relay", "drain", "drain_tokens", "drain_many", "scale", "openloop", "accuracy")
 # How to make a results file whose benchmark module is not simply named after it.
 RUN_COMMANDS = {
     "drain_tokens": "python -m bench.drain --profile tokens",
@@ -1151,6 +1151,9 @@ def summary_rows(results: Mapping[str, Doc]) -> list[list[str]]:
     scale = results.get("scale")
     if scale:
         rows += scale_summary(scale)
+    openloop = results.get("openloop")
+    if openloop:
+        rows += openloop_summary(openloop)
     accuracy = results.get("accuracy")
     if accuracy:
         rows.append(
@@ -1165,6 +1168,304 @@ def summary_rows(results: Mapping[str, Doc]) -> list[list[str]]:
     return rows
 
 
+# ------------------------------------------------------------------------------------------- open loop
+
+
+def _sample_at(samples: Sequence[Sequence[float]], t: float) -> Sequence[float] | None:
+    """The backlog sample taken nearest ``t`` (they are a second apart)."""
+    return min(samples, key=lambda s: abs(s[0] - t)) if samples else None
+
+
+def _opt(value: float | None, fmt: Callable[[float], str]) -> str:
+    return "-" if value is None else fmt(value)
+
+
+def _seconds_at(value: float | None) -> str:
+    return _opt(value, lambda v: f"{num(v)} s")
+
+
+def openloop_section(doc: Doc) -> list[str]:
+    config, prediction, targets = doc["config"], doc["prediction"], doc["targets"]
+    backlog, fit, refusals = doc["backlog"], doc["backlog"]["fit"], doc["refusals"]
+    latency, client, explained = doc["latency"], doc["client"], doc["explanation"]
+    provider, limits = config["provider"], doc["capacity"]
+    slots = config["worker_overrides"]["execution_slots"]
+    low = config["low_tenant"]
+    lines = [
+        f"## Open loop: {config['overload']:g}{TIMES} the provider's capacity through the whole local system",
+        "",
+        *provenance("openloop", doc),
+        f"The local system runs in the benchmark process: the API behind the local gateway on 127.0.0.1 with "
+        f"its authorizer, the relay, ingress, the scheduler and {config['workers']} workers {TIMES} {slots} "
+        f"slots sharing one budget in moto's DynamoDB, against the simulated provider "
+        f"({provider['requests_per_minute']:,} requests/min, {provider['tokens_per_minute']:,} tokens/min, "
+        f"{provider['max_concurrency']} calls in flight, lognormal latency averaging "
+        f"{num(provider['latency_mean_s'])} s; the budget is set to the same). Capacity is "
+        f"min(requests {num(limits['requests_per_minute'], 2)}, "
+        f"tokens {num(limits['tokens_per_minute'], 2)}, "
+        f"concurrency {num(limits['concurrency'], 2)}) = {num(limits['binding'], 2)} jobs/s. "
+        f"A spawned client process sends {num(config['arrival_rate_per_s'])} requests/s "
+        f"({config['overload']:g}{TIMES} capacity) at fixed instants for {num(config['arrivals_s'], 0)} s "
+        f"from {config['client_threads']} threads, never waiting for an answer before the next is due: "
+        f"{config['tenants']} tenants in turn, and every {low['every']}th request "
+        f"({num(low['rate_per_s'])}/s) from a tenant whose quota is {low['max_pending_jobs']} unfinished "
+        f"jobs. The system backlog cap is {config['system_max_backlog']:,} jobs"
+        + (
+            f", what the rates predict at {pct(config['cap_at'], 0)} of the arrivals"
+            if config.get("cap_at")
+            else ""
+        )
+        + f". Then at most {num(config['drain_s'], 0)} s of drain, the system is stopped, and every job in "
+        "the database is read back.",
+        "",
+        "The prediction: the low tenant's jobs are served at its fair share of capacity "
+        f"({num(prediction['low_service_rate_per_s'], 2)}/s), so its quota fills at "
+        f"{_seconds_at(prediction['quota_full_s'])} and its excess is refused with 429 from then on; the "
+        f"backlog grows at {num(prediction['growth_before_quota_per_s'], 2)} jobs/s until then and at "
+        f"{num(prediction['growth_after_quota_per_s'], 2)} jobs/s after, reaches the cap at "
+        f"{_seconds_at(prediction['cap_reached_s'])}, and the rest is refused with 503. The backlog is "
+        "sampled every second from the counters admission reads (a recount beside them); the slope is a "
+        "least-squares fit over the stretch where the prediction is a straight line.",
+        "",
+    ]
+    within = targets["backlog_slope_within"]
+    ratio = fit["measured_over_predicted"]
+    flat = targets["latency_last_over_first_max"]
+    p50_ratio, p99_ratio = latency["last_over_first"]["p50"], latency["last_over_first"]["p99"]
+    completed = doc["completions"]
+    share = completed["share_of_capacity"]
+    statuses, predicted = doc["statuses"], prediction["statuses"]
+
+    def judged(kind: str) -> str:
+        counts = refusals[kind]
+        return f"{counts['matched']:,} of {counts['matched'] + counts['unmatched']:,}"
+
+    def verdict(ok: bool | None) -> str:
+        return "" if ok is None else held(ok)
+
+    windows = latency["windows"]
+    rows = [
+        [
+            f"backlog growth, {num(fit['from_s'], 0)}{DASH}{num(fit['to_s'], 0)} s",
+            _opt(fit["predicted_per_s"], lambda v: f"{num(v, 2)} jobs/s"),
+            _opt(fit["measured_per_s"], lambda v: f"{num(v, 2)} jobs/s")
+            + _opt(fit["recount_per_s"], lambda v: f" (recount {num(v, 2)})"),
+            f"within {pct(within, 0)}" + _opt(ratio, lambda v: f": {times(v)}"),
+            verdict(None if ratio is None else abs(ratio - 1) <= within),
+        ],
+        [
+            "backlog growth at the completion rate reached there",
+            _opt(fit.get("predicted_at_completions_per_s"), lambda v: f"{num(v, 2)} jobs/s"),
+            _opt(fit["measured_per_s"], lambda v: f"{num(v, 2)} jobs/s"),
+            _opt(fit.get("completions_per_s"), lambda v: f"completions {num(v, 2)} jobs/s"),
+            "",
+        ],
+        [
+            "backlog when arrivals stop",
+            num(backlog["at_end_of_arrivals"]["predicted"], 0),
+            _opt(backlog["at_end_of_arrivals"]["measured"], lambda v: num(v, 0)),
+            "",
+            "",
+        ],
+        [
+            f"completions, {num(completed['from_s'], 0)}{DASH}{num(completed['to_s'], 0)} s",
+            f"{num(limits['binding'], 2)} jobs/s",
+            _opt(doc["completions"]["per_s"], lambda v: f"{num(v, 2)} jobs/s"),
+            f"≥ {pct(targets['completions_min_share_of_capacity'], 0)}"
+            + _opt(share, lambda v: f": {pct(v)}"),
+            verdict(None if share is None else share >= targets["completions_min_share_of_capacity"]),
+        ],
+        [
+            "completions once the cap is reached",
+            f"{num(limits['binding'], 2)} jobs/s",
+            _opt(doc["completions"].get("at_cap_per_s"), lambda v: f"{num(v, 2)} jobs/s"),
+            "",
+            "",
+        ],
+        [
+            "202 latency p50, first → last window",
+            "flat",
+            f"{_opt(windows[0]['p50_ms'], ms)} → {_opt(windows[-1]['p50_ms'], ms)} ms",
+            f"≤ {times(flat)}" + _opt(p50_ratio, lambda v: f": {times(v)}"),
+            verdict(None if p50_ratio is None else p50_ratio <= flat),
+        ],
+        [
+            "202 latency p99, first → last window",
+            "flat",
+            f"{_opt(windows[0]['p99_ms'], ms)} → {_opt(windows[-1]['p99_ms'], ms)} ms",
+            _opt(p99_ratio, times),
+            "",
+        ],
+    ]
+    for status in ("202", "429", "503"):
+        rows.append([f"{status} answers", num(predicted[status], 0), f"{statuses.get(status, 0):,}", "", ""])
+    others = {k: v for k, v in statuses.items() if k not in ("202", "429", "503")}
+    if others:
+        rows.append(["other answers", "0", ", ".join(f"{v} {k}" for k, v in others.items()), "", ""])
+    rows += [
+        ["first 429", _seconds_at(prediction["quota_full_s"]), _seconds_at(refusals["first_429_s"]), "", ""],
+        ["first 503", _seconds_at(prediction["cap_reached_s"]), _seconds_at(refusals["first_503_s"]), "", ""],
+        [
+            "429s owed by the low tenant's quota",
+            "all",
+            judged("429"),
+            "all",
+            held(not refusals["429"]["unmatched"]),
+        ],
+        ["503s owed by the backlog cap", "all", judged("503"), "all", held(not refusals["503"]["unmatched"])],
+        ["202s within both limits", "all", judged("202"), "all", held(not refusals["202"]["unmatched"])],
+        [
+            "client send lag p50 / p99 / max",
+            "0",
+            " / ".join(f"{ms(client[key] * 1000)}" for key in ("p50_s", "p99_s", "max_s")) + " ms",
+            f"p99 ≤ {ms(targets['send_lag_p99_max_s'] * 1000)} ms",
+            held(client["kept_schedule"]),
+        ],
+    ]
+    lines += table(["figure", "predicted", "measured", "target", ""], rows, right=[1, 2])
+    lines.append("")
+    if not client["kept_schedule"]:
+        lines += [
+            f"**The client fell behind its schedule** (p99 send lag {ms(client['p99_s'] * 1000)} ms, "
+            f"{num(client['achieved_rate_per_s'] or 0, 2)} requests/s achieved): the arrivals were not fully "
+            "open-loop, and the figures above are of a slower load.",
+            "",
+        ]
+    samples = backlog["samples"]
+    window_rows = []
+    for window in windows:
+        sample = _sample_at(samples, window["to_s"])
+        model_backlog = _model_backlog(prediction, config, window["to_s"])
+        window_rows.append(
+            [
+                f"{num(window['from_s'], 0)}{DASH}{num(window['to_s'], 0)} s",
+                f"{window['count']:,}",
+                _opt(window["p50_ms"], ms),
+                _opt(window["p99_ms"], ms),
+                num(model_backlog, 0) if model_backlog is not None else "-",
+                num(sample[1], 0) if sample else "-",
+            ]
+        )
+    lines += [
+        f"By {num(config['latency_window_s'], 0)} s window of send time (a window holds about "
+        f"{num(config['arrival_rate_per_s'] * config['latency_window_s'], 0)} requests, so its p99 is close "
+        "to its slowest answer):",
+        "",
+        *table(
+            ["window", "202s", "p50 ms", "p99 ms", "backlog at its end, predicted", "measured"],
+            window_rows,
+            right=range(1, 6),
+        ),
+        "",
+    ]
+    still = ", ".join(f"{n} {state}" for state, n in sorted(explained["still_pending_states"].items()))
+    lines += [
+        "Every accepted job explained: "
+        + ("**yes**" if explained["adds_up"] else "**no**")
+        + f". {explained['accepted']:,} answered 202 = {explained['succeeded']:,} succeeded + "
+        f"{explained['review']:,} sent to review + {explained['failed']:,} failed + "
+        f"{explained['cancelled']:,} cancelled + {explained['still_pending']:,} still pending"
+        + (f" ({still})" if still else "")
+        + f"; {explained['missing']:,} missing, {explained['wrong_job_id']:,} under another id. "
+        f"{explained['refused']:,} refused requests made {explained['refused_with_a_job']:,} jobs (looked up "
+        f"by Idempotency-Key); {explained['unanswered']:,} requests went unanswered. Refusals carried "
+        "Retry-After "
+        + ", ".join(f"{k} s ({v:,})" for k, v in sorted(refusals["retry_after"].items()))
+        + ". Counters and recount differed by at most "
+        + _opt(backlog["counter_drift_max"], lambda v: num(v, 0))
+        + " jobs in any sample."
+        + _provider_text(doc),
+        "",
+        "Each answer is judged from the jobs' own timestamps: a 429 or 503 is owed when, at some instant "
+        "between the request's send and its answer, the tenant's (or the system's) unfinished jobs can have "
+        f"been at the limit; a 202 when they were surely below it ({num(config['admission_slack_s'], 2)} s "
+        "of slack for commits landing after their timestamps). The tenants have no supplier master data, so "
+        "validation sends every invoice to review: review is a finished outcome here like success.",
+        "",
+    ]
+    return lines
+
+
+def _provider_text(doc: Doc) -> str:
+    provider, attempts = doc.get("provider"), doc.get("attempts") or {}
+    if not provider:
+        return ""
+    outcomes = ", ".join(f"{v:,} {k}" for k, v in sorted((attempts.get("outcomes") or {}).items()))
+    call = attempts.get("call_latency_s")
+    # Calls in flight bind: a permit not held by a running job is capacity lost, whatever its reason.
+    completed = doc["completions"]
+    running = [s[3] for s in doc["backlog"]["samples"] if completed["from_s"] <= s[0] <= completed["to_s"]]
+    in_flight = doc["config"]["provider"]["max_concurrency"]
+    return (
+        f" The provider saw {provider['requests']:,} calls, refused {provider['rate_limited']:,} with 429 "
+        f"and had at most {provider['max_concurrency']} in flight; attempts: {outcomes or 'none'}"
+        + (
+            f"; a successful call took {num(float(call), 2)} s on average as the workers saw it"
+            if call
+            else ""
+        )
+        + (
+            f"; jobs running averaged {num(statistics.fmean(running), 2)} of the {in_flight} calls in flight "
+            f"the budget allows, {num(completed['from_s'], 0)}{DASH}{num(completed['to_s'], 0)} s"
+            if running
+            else ""
+        )
+        + "."
+    )
+
+
+def _model_backlog(prediction: Doc, config: Doc, t: float) -> float | None:
+    """The predicted backlog at ``t``, rebuilt from the recorded prediction (the same piecewise lines)."""
+    quota = prediction.get("quota_full_s")
+    provider = config["provider"]
+    capacity = provider["max_concurrency"] / provider["latency_mean_s"]
+    rate = config["arrival_rate_per_s"]
+    after = rate - config["low_tenant"]["rate_per_s"] + prediction["low_service_rate_per_s"]
+    before = min(t, quota) if quota is not None else t
+    accepted = rate * before + max(0.0, t - before) * after
+    uncapped = max(0.0, accepted - capacity * max(0.0, t - provider["latency_mean_s"]))
+    return min(float(config["system_max_backlog"]), uncapped)
+
+
+def openloop_summary(doc: Doc) -> list[list[str]]:
+    at = f"`openloop.json` {run_date(doc)}"
+    fit, latency = doc["backlog"]["fit"], doc["latency"]
+    refusals = doc["refusals"]
+    unmatched = sum(refusals[kind]["unmatched"] for kind in ("429", "503", "202"))
+    rows = []
+    if fit["measured_per_s"] is not None and fit["predicted_per_s"]:
+        rows.append(
+            [
+                f"open loop at {doc['config']['overload']:g}{TIMES} capacity: backlog growth",
+                f"{num(fit['measured_per_s'], 2)} jobs/s",
+                f"predicted from the rates: {num(fit['predicted_per_s'], 2)} jobs/s",
+                times(fit["measured_over_predicted"]),
+                at,
+            ]
+        )
+    windows = latency["windows"]
+    if latency["last_over_first"]["p50"] is not None:
+        rows.append(
+            [
+                "open loop: 202 latency p50, last 10 s window",
+                f"{ms(windows[-1]['p50_ms'])} ms",
+                f"first window: {ms(windows[0]['p50_ms'])} ms",
+                times(latency["last_over_first"]["p50"]),
+                at,
+            ]
+        )
+    rows.append(
+        [
+            "open loop: answers admission did not owe; accepted jobs unexplained",
+            f"{unmatched:,}; {'none' if doc['explanation']['adds_up'] else 'some'}",
+            f"{sum(doc['statuses'].values()):,} requests",
+            "",
+            at,
+        ]
+    )
+    return rows
+
+
 # ---------------------------------------------------------------------------------------------- render
 
 SECTIONS: dict[str, Callable[[Doc], list[str]]] = {
@@ -1174,6 +1475,7 @@ SECTIONS: dict[str, Callable[[Doc], list[str]]] = {
     "drain_tokens": drain_tokens_section,
     "drain_many": drain_many_section,
     "scale": scale_section,
+    "openloop": openloop_section,
     "accuracy": accuracy_section,
 }
 

@@ -160,3 +160,20 @@ def test_each_drain_profile_checks_the_light_tenants_against_its_own_target(resu
     assert f"(target ≤ 5{times}) | 4.0{times}" in drain_row and "): held |" in drain_row
     assert f"(target ≤ 3{times}) | 4.0{times}" in many_row and "): **missed** |" in many_row
     assert f"light tenants' p95 within 3{times} one job's service time" in text
+
+
+def test_an_open_loop_refusal_admission_did_not_owe_and_a_late_client_are_reported(results_copy):
+    # Given an open-loop run in which one 503 came while the backlog was below its cap, and the client
+    # sent its requests up to a second late
+    def unowed_and_late(document):
+        document["refusals"]["503"]["unmatched"] = 1
+        document["client"].update(p99_s=0.9, kept_schedule=False)
+
+    edit(results_copy / "openloop.json", unowed_and_late)
+
+    # Then the section marks the 503s as missed and says the arrivals were not fully open-loop
+    text = report.render(report.load_results(results_copy))
+    assert next(line for line in text.splitlines() if "503s owed by the backlog cap" in line).endswith(
+        "**missed** |"
+    )
+    assert "**The client fell behind its schedule**" in text
