@@ -145,9 +145,16 @@ class JobSource:
         return jobs
 
 
-def gateway_event(job: Job, host: str) -> dict[str, Any]:
-    """The event the local gateway would hand the API for this job, with the authorizer's context."""
+def gateway_event(job: Job, host: str, padding: int = 0) -> dict[str, Any]:
+    """The event the local gateway would hand the API for this job, with the authorizer's context.
+
+    ``padding``: that many more characters of invoice text (terms and conditions), to make a large document.
+    """
     body = job_body(job.index)
+    if padding:
+        request = json.loads(body)
+        request["document"]["pages"].append({"text": ("Terms and conditions apply. " * padding)[:padding]})
+        body = json.dumps(request).encode()
     headers = {
         "Host": host,
         "Accept-Encoding": "identity",
@@ -772,12 +779,12 @@ class Bench:
             samples.append((start, end, outcome(int(response["statusCode"]), _replayed(response))))
         return samples
 
-    def cost_split(self) -> dict[str, Any]:
-        """New jobs in process, one at a time, with their time split into parts (SPLIT_PARTS)."""
+    def cost_split(self, padding: int = 0) -> dict[str, Any]:
+        """New jobs in process, one at a time, with their time split into parts (SPLIT_PARTS); ``padding``
+        makes each document that much larger (past the row limit, into S3)."""
         split = CostSplit(self.deps)
-        events = [
-            gateway_event(job, self.host) for job in self.source.take(self.config.requests, self.tenants)
-        ]
+        jobs = self.source.take(self.config.requests, self.tenants)
+        events = [gateway_event(job, self.host, padding) for job in jobs]
         statuses: Counter[str] = Counter()
         with split.installed():
             for event in events:
@@ -786,8 +793,11 @@ class Bench:
         reset_accepted_work(self.db.url)
         summary = split.summary()
         summary["statuses"] = dict(statuses)
+        summary["padding_chars"] = padding
         parts = ", ".join(f"{name} {part['p50_ms']:.2f}" for name, part in summary["parts"].items())
-        self.console.print(f"  cost split, p50 ms: {parts}; whole {summary['total_ms']['p50']:.2f}")
+        self.console.print(
+            f"  cost split (+{padding} chars), p50 ms: {parts}; whole {summary['total_ms']['p50']:.2f}"
+        )
         return summary
 
     # -- scenarios
@@ -1102,7 +1112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 with phases("throughput"):
                     bench.run_throughput()
                 with phases("cost split"):
-                    split = bench.cost_split()
+                    # Documents as they come (kept in their rows), then each over the row limit (put in S3).
+                    large = bench.deps.acceptance.limits.document_row_max_bytes + 1024
+                    split = {"in_row": bench.cost_split(), "in_s3": bench.cost_split(padding=large)}
                 with phases("cold start"):
                     cold = bench.run_cold_starts()
                 profile = bench.run_profile() if config.profile else None
