@@ -979,6 +979,15 @@ def scale_targets(targets: Doc, summary: Doc, claims: Sequence[Doc], accepts: Se
             if not wrong
             else f"**{wrong} measured claims took nothing, or a job of a tenant with nothing runnable.**"
         )
+    if any(shape["key"] == "past_deadline" for shape in claims):
+        notes.append(
+            "The past-deadline shape: a claim that meets jobs past their deadline ends them as it goes "
+            "(each with its event and attempt row), up to 16 a claim, and then takes nothing that time. "
+            "Rolled back after each round, every round meets the same 16 again, so its row is the price of "
+            "16 endings a claim: bounded, whatever the number of expired jobs behind them. In service each "
+            "expired job is ended once, by a claim or by the scheduler's deadline pass; the "
+            "wrong picks above are these rounds."
+        )
     if accept and accept["not_accepted"]:
         notes.append(f"**{accept['not_accepted']} requests were not accepted** (see the outcomes column).")
     lines += [f"- {note}" for note in notes]
