@@ -14,7 +14,7 @@ from psycopg.rows import dict_row
 
 from tests.support import invoice_request
 from tollgate.core.clock import SystemClock, new_id
-from tollgate.execution.leasing import claim_next_job
+from tollgate.execution.leasing import EXPIRIES_PER_CLAIM, claim_next_job
 
 pytestmark = pytest.mark.integration
 
@@ -95,6 +95,33 @@ def test_a_single_job_arriving_behind_a_deep_backlog_is_claimed_next(make_tenant
 
     [(first, _)] = claim_tenants(system_db, 1)
     assert first == light.tenant_id
+
+
+def test_a_claim_ends_its_share_of_expired_jobs_then_still_takes_a_runnable_one(
+    make_tenant, system_db, clean_db
+):
+    expired, runnable = make_tenant("expired"), make_tenant("runnable")
+    submit_many(expired, EXPIRIES_PER_CLAIM + 4)
+    submit_many(runnable, 1)
+    with psycopg.connect(clean_db) as conn:
+        # Past their deadline, and first in the run-queue: the runnable tenant has the more virtual time.
+        conn.execute(
+            "UPDATE extraction_jobs SET deadline_at = now() - interval '1 minute' WHERE tenant_id = %s",
+            (expired.tenant_id,),
+        )
+        conn.execute("UPDATE tenant_queues SET vtime = 1000 WHERE tenant_id = %s", (runnable.tenant_id,))
+
+    [(taken, _)] = claim_tenants(system_db, 1)
+
+    assert taken == runnable.tenant_id
+    with psycopg.connect(clean_db) as conn:
+        states = dict(
+            conn.execute(
+                "SELECT state, count(*) FROM extraction_jobs WHERE tenant_id = %s GROUP BY state",
+                (expired.tenant_id,),
+            ).fetchall()
+        )
+    assert states == {"FAILED_TERMINAL": EXPIRIES_PER_CLAIM, "READY": 4}, "ended its share, left the rest"
 
 
 def test_a_tenant_back_from_idling_banks_nothing_for_the_time_it_was_away(make_tenant, system_db, clean_db):

@@ -121,10 +121,13 @@ def claim_in(
                 outcome = row.pop("outcome")
                 if outcome == "claimed":
                     return ClaimedJob(**row)
+                if expired >= EXPIRIES_PER_CLAIM:
+                    # This claim has ended its share: the rest of this tenant's expired jobs wait for the
+                    # next claim or the scheduler's deadline pass, and the walk goes on to the next tenant,
+                    # so expired jobs at the front of the run-queue never keep a runnable job from a slot.
+                    break
                 fail_job(conn, db, new_id, job_id=row["job_id"], fence=row["fence"], now=now)
                 expired += 1
-                if expired >= EXPIRIES_PER_CLAIM:
-                    return None
     return None
 
 
