@@ -1,3 +1,5 @@
+-- Documents kept in their rows; the run-queues' leftovers dropped; the shards made reconcilable.
+
 -- Small documents are kept in their own row (ApiSettings.document_row_max_bytes), committed with the job
 -- in acceptance's transaction: durable before the 202 without an S3 round trip, and read back by the
 -- worker with the document's other fields. Larger ones stay in the documents bucket, as before.
@@ -16,3 +18,6 @@ ALTER TABLE documents ADD CONSTRAINT documents_stored_once
 -- index here was one more entry to write on every accept and every change of state.
 DROP INDEX extraction_jobs_claimable;
 DROP INDEX extraction_jobs_running_by_tenant;
+
+-- The scheduler checks the system backlog's shards against the run-queue rows and recounts them on drift.
+GRANT UPDATE ON backlog_shards TO tollgate_system;

@@ -198,3 +198,30 @@ def test_the_scheduler_recounts_drifted_counters_and_reports_the_drift(make_tena
     assert row == {"pending_jobs": 3, "ready_jobs": 3}
     assert tick() == 0
     assert metrics.values[COUNTER_DRIFT] == 0
+
+
+def test_the_scheduler_recounts_drifted_backlog_shards_and_reports_the_drift(
+    make_tenant, system_db, clean_db
+):
+    from tollgate.core.metrics import COUNTER_DRIFT, RecordedMetrics
+    from tollgate.core.retry import RetryPolicy
+    from tollgate.scheduler.tick import SchedulerDeps, run_scheduler
+
+    # Given shards a change beneath the trigger set wrong (admission would refuse on their sum)
+    submit_many(make_tenant("counted"), 4)
+    with psycopg.connect(clean_db) as conn:
+        conn.execute("UPDATE backlog_shards SET unfinished = unfinished + 1000 WHERE shard = 3")
+    metrics = RecordedMetrics()
+
+    def tick() -> bool:
+        deps = SchedulerDeps(system_db, SystemClock(), new_id, metrics, RetryPolicy(), lambda low, high: 0)
+        return run_scheduler(deps).backlog_shards_drifted
+
+    # When the scheduler ticks, then the shards are recounted and the drift is counted, once
+    assert tick() is True
+    assert metrics.values[COUNTER_DRIFT] == 1
+    with psycopg.connect(clean_db, row_factory=dict_row) as conn:
+        total = conn.execute("SELECT sum(unfinished) AS unfinished FROM backlog_shards").fetchone()
+    assert total == {"unfinished": 4}
+    assert tick() is False
+    assert metrics.values[COUNTER_DRIFT] == 0

@@ -40,3 +40,43 @@ FROM outbox_events WHERE published_at IS NULL
 SELECT (SELECT count(*) FROM outbox_events) AS events,
        (SELECT count(*) FROM outbox_events WHERE published_at IS NOT NULL) AS published,
        (SELECT count(*) FROM execution_inbox) AS received
+
+-- name: lock_backlog_shards
+-- Every shard, in one order: until the commit no job changes state, so the run-queue rows and the shards
+-- each statement after this reads are two counts of the same jobs.
+SELECT shard FROM backlog_shards ORDER BY shard FOR UPDATE
+
+-- name: backlog_shards_drift
+-- With the shards locked: the trigger changes a tenant's queue row and a shard in one statement, so the
+-- shards' sums equal the queue rows' (which the per-tenant recount keeps true) unless one of them drifted.
+-- Reads one row per tenant and 16 shards; counts no job.
+WITH rows AS (
+    SELECT coalesce(sum(pending_jobs), 0)::bigint AS unfinished, coalesce(sum(running_jobs), 0)::bigint AS running
+    FROM tenant_queues
+), shards AS (
+    SELECT sum(unfinished)::bigint AS unfinished, sum(running)::bigint AS running FROM backlog_shards
+)
+SELECT rows.unfinished AS queued_unfinished, rows.running AS queued_running,
+       shards.unfinished AS shard_unfinished, shards.running AS shard_running,
+       (rows.unfinished, rows.running) IS DISTINCT FROM (shards.unfinished, shards.running) AS drifted
+FROM rows, shards
+
+-- name: recount_backlog_shards
+-- With the shards locked, after the sums disagreed: each shard set to a recount of its jobs (one pass over
+-- the unfinished jobs, while every job change waits; it runs only then). A row per shard the recount
+-- changed: none means the shards were right and a queue row is what drifted.
+UPDATE backlog_shards b
+SET unfinished = coalesce(c.unfinished, 0), running = coalesce(c.running, 0)
+FROM backlog_shards kept
+JOIN (SELECT generate_series(0, 15)::smallint AS shard) s ON s.shard = kept.shard
+LEFT JOIN (
+    SELECT job_backlog_shard(job_id) AS shard,
+           count(*) AS unfinished,
+           count(*) FILTER (WHERE state = 'RUNNING') AS running
+    FROM extraction_jobs
+    WHERE state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')
+    GROUP BY 1
+) c ON c.shard = s.shard
+WHERE b.shard = s.shard
+  AND (kept.unfinished, kept.running) IS DISTINCT FROM (coalesce(c.unfinished, 0), coalesce(c.running, 0))
+RETURNING b.shard
