@@ -982,9 +982,10 @@ def scale_targets(targets: Doc, summary: Doc, claims: Sequence[Doc], accepts: Se
     if any(shape["key"] == "past_deadline" for shape in claims):
         notes.append(
             "The past-deadline shape: a claim that meets jobs past their deadline ends them as it goes "
-            "(each with its event and attempt row), up to 16 a claim, and then takes nothing that time. "
-            "Rolled back after each round, every round meets the same 16 again, so its row is the price of "
-            "16 endings a claim: bounded, whatever the number of expired jobs behind them. In service each "
+            "(each with its event and attempt row), up to 16 a claim, then walks past up to 4 more tenants "
+            "whose next job is expired and, finding none runnable here, takes nothing that time. Rolled back "
+            "after each round, every round meets the same jobs again, so its row is the price of 16 endings "
+            "and 4 probes a claim: bounded, whatever the number of expired jobs behind them. In service each "
             "expired job is ended once, by a claim or by the scheduler's deadline pass; the "
             "wrong picks above are these rounds."
         )
