@@ -51,7 +51,8 @@ SELECT shard FROM backlog_shards ORDER BY shard FOR UPDATE
 -- shards' sums equal the queue rows' (which the per-tenant recount keeps true) unless one of them drifted.
 -- Reads one row per tenant and 16 shards; counts no job.
 WITH rows AS (
-    SELECT coalesce(sum(pending_jobs), 0)::bigint AS unfinished, coalesce(sum(running_jobs), 0)::bigint AS running
+    SELECT coalesce(sum(pending_jobs), 0)::bigint AS unfinished,
+           coalesce(sum(running_jobs), 0)::bigint AS running
     FROM tenant_queues
 ), shards AS (
     SELECT sum(unfinished)::bigint AS unfinished, sum(running)::bigint AS running FROM backlog_shards
