@@ -22,6 +22,8 @@ targets are printed next to the figures, never asserted.
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 import os
 import random
 import secrets
@@ -51,6 +53,7 @@ from pydantic import SecretStr
 from rich.console import Console
 from rich.table import Table
 
+from bench import slot_trace
 from bench.machine import command_line, describe_machine, load_average, write_json
 from tollgate.accept.models import CreateJobRequest
 from tollgate.accept.service import AcceptanceDeps, accept_job
@@ -207,6 +210,7 @@ class Config:
     scenarios: tuple[Scenario, ...]
     quick: bool
     output: Path
+    trace: Path | None = None
 
 
 # ------------------------------------------------------------------------------------------ environment
@@ -350,7 +354,10 @@ class WorkerFleet:
     limiters) configured by environment, as ECS runs them. Stopped with SIGTERM (then SIGKILL) sent to the
     pids started here, never by name."""
 
-    def __init__(self, count: int, environment: dict[str, str], log_dir: Path) -> None:
+    def __init__(
+        self, count: int, environment: dict[str, str], log_dir: Path, module: str = "tollgate_dev.worker"
+    ) -> None:
+        self._module = module
         self._count = count
         self._environment = environment
         self._log_dir = log_dir
@@ -359,10 +366,14 @@ class WorkerFleet:
     def start(self) -> None:
         for number in range(1, self._count + 1):
             log = (self._log_dir / f"worker-{number}.log").open("wb")
-            env = {**self._environment, "WORKER_ID": f"drain-worker-{number}"}
+            env = {
+                **self._environment,
+                "WORKER_ID": f"drain-worker-{number}",
+                "SLOT_TRACE_FILE": str(self._log_dir / f"trace-{number}.jsonl"),
+            }
             self._processes.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "tollgate_dev.worker"],
+                    [sys.executable, "-m", self._module],
                     cwd=REPO_ROOT,
                     env=env,
                     stdout=log,
@@ -512,6 +523,8 @@ class ScenarioRun:
         self.backlog_ready = threading.Event()
         self.solo_jobs: list[UUID] = []
         self.peek_s: list[float] = []
+        self.budget_samples: list[tuple[float, float, int, int]] = []
+        self.budget_permits: list[tuple[float, dict[str, float]]] = []
 
     def run(self, log_dir: Path) -> ScenarioResult:
         env, config, scenario = self.env, self.config, self.scenario
@@ -521,7 +534,10 @@ class ScenarioRun:
         provider_url = simulator.start()
         pool = f"drain:{scenario.key}:{secrets.token_hex(3)}"  # a fresh budget, untouched by earlier runs
         fleet = WorkerFleet(
-            config.workers, worker_environment(env, config, scenario, provider_url, pool), log_dir
+            config.workers,
+            worker_environment(env, config, scenario, provider_url, pool),
+            log_dir,
+            module="bench.slot_trace" if config.trace is not None else "tollgate_dev.worker",
         )
         fleet.start()
         try:
@@ -544,6 +560,11 @@ class ScenarioRun:
             window_closed = threading.Event()
             peeks = threading.Thread(target=self.time_peeks, args=(window_closed,), daemon=True)
             peeks.start()
+            if config.trace is not None and scenario.shared_table:
+                sampler = threading.Thread(
+                    target=self.sample_budget, args=(f"{pool}#0", window_closed), daemon=True
+                )
+                sampler.start()
             self.wait(started, (loader, lights), fleet)
             ended_at = datetime.now(UTC)
             window = time.monotonic() - started
@@ -555,7 +576,52 @@ class ScenarioRun:
         finally:
             exit_codes = fleet.stop()
             simulator.stop()
+        if config.trace is not None:
+            self.write_trace(log_dir, started_at.timestamp(), window)
         return self.result(solo, started_at, ended_at, window, stats, exit_codes)
+
+    def sample_budget(self, key: str, window_closed: threading.Event) -> None:
+        """Once a second (``--trace``): the budget item's permits as DynamoDB holds them, and how long moto
+        takes to answer one strongly consistent read."""
+        client = boto3.client("dynamodb")
+        while not window_closed.wait(1.0):
+            begun = time.perf_counter()
+            item = client.get_item(TableName=LIMITER_TABLE, Key={"pk": {"S": key}}, ConsistentRead=True)
+            took = time.perf_counter() - begun
+            permits = item.get("Item", {}).get("permits", {}).get("M", {})
+            now = time.time()
+            live = sum(1 for value in permits.values() if float(value["N"]) > now)
+            self.budget_samples.append((now, took, len(permits), live))
+            self.budget_permits.append((now, {key: float(value["N"]) for key, value in permits.items()}))
+
+    def write_trace(self, log_dir: Path, window_start: float, window: float) -> None:
+        """The slots' gaps between provider calls, by 30 s of the window (``--trace``)."""
+        assert self.config.trace is not None
+        events = slot_trace.load(sorted(log_dir.glob("trace-*.jsonl")))
+        edges = [*range(0, int(window), 30), window]
+        phases = [(float(lo), float(hi)) for lo, hi in itertools.pairwise(edges) if hi > lo]
+        summary = slot_trace.summarize(events, window_start, phases)
+        for lo, hi in phases:
+            samples = [s for s in self.budget_samples if window_start + lo <= s[0] < window_start + hi]
+            if samples:
+                summary[f"{lo:.0f}-{hi:.0f}s"]["budget_item"] = {
+                    "read_ms_mean": statistics.fmean(s[1] for s in samples) * 1000,
+                    "permits_in_item_mean": statistics.fmean(s[2] for s in samples),
+                    "live_permits_mean": statistics.fmean(s[3] for s in samples),
+                }
+        self.config.trace.parent.mkdir(parents=True, exist_ok=True)
+        self.config.trace.write_text(json.dumps(summary, indent=2))
+        with self.config.trace.with_suffix(".events.jsonl").open("w") as raw:
+            raw.writelines(json.dumps(event) + "\n" for event in events)
+        with self.config.trace.with_suffix(".budget.jsonl").open("w") as raw:
+            raw.writelines(json.dumps(sample) + "\n" for sample in self.budget_permits)
+        for phase, figures in summary.items():
+            gap = figures["gap"]
+            self.console.print(
+                f"    {phase}: gap p50 {gap['p50_ms']} ms p95 {gap['p95_ms']} ms (n={gap['count']}), "
+                f"calls in flight {figures['calls_in_flight']:.1f}, "
+                f"permits held {figures['permits_held']:.1f}"
+            )
 
     def warm_up(self, fleet: WorkerFleet) -> None:
         """Lets the backlog drain until the provider's full per-minute buckets are spent, so the window
@@ -866,6 +932,11 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     parser.add_argument(
         "--output", type=Path, help="where the JSON report goes (default: the profile's file)"
     )
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        help="diagnosis: time each slot's steps between provider calls and write the gaps here (JSON)",
+    )
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
     named = args.scenarios or ",".join(profile.scenarios or (s.key for s in SCENARIOS))
@@ -899,6 +970,7 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         scenarios=scenarios,
         quick=args.quick,
         output=args.output or profile.output,
+        trace=args.trace,
     )
 
 
@@ -942,7 +1014,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "duration_s": time.monotonic() - clock_start,
         "machine": machine,
         "config": {
-            **{k: v for k, v in asdict(config).items() if k not in ("scenarios", "output")},
+            **{k: v for k, v in asdict(config).items() if k not in ("scenarios", "output", "trace")},
             "scenarios": [s.key for s in config.scenarios],
             "admission_overrides": ADMISSION_OVERRIDES,
         },

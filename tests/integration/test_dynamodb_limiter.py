@@ -15,6 +15,7 @@ from typing import Any
 import boto3
 import pytest
 from botocore.config import Config
+from botocore.exceptions import ClientError
 
 from tests.integration.test_execution import (
     TEXT,
@@ -215,6 +216,45 @@ def test_a_released_permit_frees_its_slot_but_not_its_request(make_limiter: Limi
     limiter.release(granted(acquire(limiter)), ok(50))
 
     denied(acquire(limiter), "requests")
+
+
+class OutracedClient:
+    """A DynamoDB client on an item so contended that, while ``outraced``, every conditional UpdateItem loses
+    its race: DynamoDB answers ConditionalCheckFailed with the item as it is, as it does when another
+    writer got in between. Only a write conditioned on nothing but the item's existence goes through."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.outraced = False
+
+    def update_item(self, **request: Any) -> Any:
+        if self.outraced and " AND " in request["ConditionExpression"]:
+            item = self._inner.get_item(TableName=request["TableName"], Key=request["Key"])["Item"]
+            error = {
+                "Error": {"Code": "ConditionalCheckFailedException", "Message": "outraced"},
+                "Item": item,
+            }
+            raise ClientError(error, "UpdateItem")  # type: ignore[arg-type]
+        return self._inner.update_item(**request)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def test_a_release_outraced_on_every_round_still_frees_its_slot(
+    make_limiter: LimiterFactory, table: str
+) -> None:
+    # Given the pool's one in-flight permit, released while every conditional write loses its race
+    client = OutracedClient(boto3.client("dynamodb"))
+    limiter = make_limiter(max_in_flight=1, permit_ttl_seconds=300, client=client)
+    permit = granted(acquire(limiter, tokens=1000))
+    client.outraced = True
+    limiter.release(permit, ok(1500, x_ratelimit_remaining_tokens="100000"))
+    client.outraced = False
+
+    # Then the slot is free at once, not after the permit's 300 s expiry
+    assert shard_item(table).permits == {}
+    granted(acquire(limiter))
 
 
 def test_one_workers_429_makes_every_worker_wait(make_limiter: LimiterFactory, clock: FakeClock) -> None:

@@ -559,7 +559,36 @@ class DynamoDbLimiter:
             ),
         )
         if written is _Unwritten.CONTENDED:
-            logger.warning("limiter release gave up under contention", extra={"pool": permit.pool})
+            # The in-flight slot must come back now, not at the permit's expiry minutes later: a slot given
+            # up here is a slot of the whole pool lost until then, and under the load that contends the item
+            # they add up. So the permit goes in a write with no condition to lose, and only the token
+            # reconciliation, which needs conditions, is given up (a refund forgone errs on the safe side).
+            logger.warning(
+                "limiter release contended; the permit is returned without reconciling tokens",
+                extra={"pool": permit.pool},
+            )
+            self._write_planned(
+                self._key(permit.pool, shard),
+                lambda state, fresh: self._plan_bare_release(state, permit, outcome, shard, now_at),
+            )
+
+    def _plan_bare_release(
+        self, state: ShardState, permit: Permit, outcome: Outcome, shard: int, now_at: datetime
+    ) -> _Update:
+        """The permit back, and a charge for tokens used beyond the reservation, with no condition but the
+        item's existence: concurrent writers cannot make it fail."""
+        update = _Update()
+        update.removes.append(update.permit(permit.permit_id))
+        if outcome.used_tokens is not None and outcome.used_tokens > permit.tokens:
+            _, tokens_per_second, _ = self._effective(state, shard)
+            update.raise_to(
+                TOKENS,
+                state.tokens_full_at,
+                (outcome.used_tokens - permit.tokens) / tokens_per_second,
+                -math.inf,
+            )
+        update.keep_item(now_at.timestamp())
+        return update
 
     def _plan_release(
         self,
