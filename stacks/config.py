@@ -54,6 +54,7 @@ JobLimits = _settings_section(
     ApiSettings,
     (
         "max_document_bytes",
+        "document_row_max_bytes",
         "default_deadline_seconds",
         "max_deadline_seconds",
         "default_max_attempts",
