@@ -351,3 +351,47 @@ def test_the_scheduler_restarts_a_delivery_no_execution_drives_and_leaves_live_o
 
     again, _ = tick(now + timedelta(minutes=32))
     assert again.deliveries_restarted == 0, "a delivered delivery is never restarted"
+
+
+def test_a_late_failed_attempt_never_overwrites_what_a_newer_execution_delivered(
+    secured_tenant, system_db, clean_db, cleanup
+):
+    from types import SimpleNamespace
+
+    from tollgate.delivery.attempts import Next
+    from tollgate.delivery.sender import DeliveryResult
+
+    # Given a delivery no execution drives yet, to an endpoint that accepts it
+    _, client = secured_tenant
+    deliver(system_db, SimpleNamespace(starter=NoDispatcher()), client, clean_db, deque(), cleanup)
+    delivery_id = delivery(clean_db)[0]
+
+    def deps(sender):
+        return AttemptDeps(
+            db=system_db, clock=SystemClock(), sender=sender, jitter=lambda low, high: 0.0, time_scale=0.0
+        )
+
+    class OvertakenSend:
+        """An attempt that hangs until it times out; meanwhile a newer execution delivers the webhook."""
+
+        newer = None
+
+        def post(self, url, body, headers):
+            def newer_execution():  # elsewhere: another Lambda, so a thread of its own here
+                self.newer = attempt_delivery(deps(WebhookSender(allow_private_targets=True)), delivery_id)
+
+            thread = threading.Thread(target=newer_execution)
+            thread.start()
+            thread.join()
+            return DeliveryResult(status=503, elapsed=30.0)
+
+    late = OvertakenSend()
+
+    # When the first attempt's failure comes back after the newer attempt delivered
+    outcome = attempt_delivery(deps(late), delivery_id)
+
+    # Then the delivery stays delivered, both attempts are on record, and the late execution ends delivered
+    assert late.newer.next is Next.DELIVERED
+    assert outcome.next is Next.DELIVERED
+    assert tuple(delivery(clean_db))[1:] == ("DELIVERED", 2)
+    assert [row[:2] for row in attempts(clean_db)] == [(1, 503), (2, 200)]

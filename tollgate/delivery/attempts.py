@@ -117,7 +117,14 @@ def _attempt(deps: AttemptDeps, delivery_id: UUID) -> AttemptOutcome:
         if state is not DeliveryState.PENDING:
             return AttemptOutcome(Next.GAVE_UP, attempt=row["attempts"])
         if not row["enabled"] or row["deleted_at"] is not None:
-            _finish(conn, deps, row, DeliveryState.ENDPOINT_DISABLED, error="the endpoint is disabled")
+            _finish(
+                conn,
+                deps,
+                row,
+                DeliveryState.ENDPOINT_DISABLED,
+                attempt=row["attempts"],
+                error="the endpoint is disabled",
+            )
             return AttemptOutcome(Next.GAVE_UP, attempt=row["attempts"])
         counted = conn.execute(q.count_delivery_attempt, {"delivery_id": delivery_id, "now": now}).fetchone()
         assert counted is not None
@@ -145,22 +152,39 @@ def _finish(
     row: dict[str, Any],
     state: DeliveryState,
     *,
+    attempt: int,
     next_at: datetime | None = None,
     status: int | None = None,
     error: str | None = None,
-) -> None:
+) -> bool:
+    """Moves the delivery on from PENDING at ``attempt``; False when it had moved on without this attempt."""
     # The row was read PENDING under lock_delivery; the attempt's outcome moves it on from there.
     checked_transition(DeliveryState(row["state"]), state)
-    conn.execute(
+    finished = conn.execute(
         deps.db.q.finish_delivery,
         {
             "delivery_id": row["delivery_id"],
             "state": state.value,
+            "attempt": attempt,
             "next_attempt_at": next_at,
             "status": status,
             "error": error,
             "now": deps.clock.now(),
         },
+    ).fetchone()
+    return finished is not None
+
+
+def _overtaken(
+    conn: Any, deps: AttemptDeps, row: dict[str, Any], attempt: int, result: DeliveryResult
+) -> AttemptOutcome:
+    """Another execution attempted or delivered the delivery since this attempt began: its outcome stands,
+    and this execution ends saying what the delivery is now (delivered, or stop here)."""
+    current = conn.execute(deps.db.q.lock_delivery, {"delivery_id": row["delivery_id"]}).fetchone()
+    delivered = current is not None and current["state"] == DeliveryState.DELIVERED
+    logger.warning("delivery attempt overtaken by a newer one", extra={"attempt": attempt})
+    return AttemptOutcome(
+        Next.DELIVERED if delivered else Next.GAVE_UP, attempt=attempt, status=result.status
     )
 
 
@@ -175,16 +199,25 @@ def _record(
     outcome: AttemptOutcome
     delay: float | None = None
     with deps.db.transaction() as conn:
+        applied = False
         if result.delivered:
             conn.execute(q.endpoint_succeeded, {"endpoint_id": row["endpoint_id"]})
-            _finish(conn, deps, row, DeliveryState.DELIVERED, status=result.status)
+            applied = _finish(conn, deps, row, DeliveryState.DELIVERED, attempt=attempt, status=result.status)
             outcome = AttemptOutcome(Next.DELIVERED, attempt=attempt, status=result.status)
         elif result.status == 410:
             reason = "the endpoint answered 410 Gone"
             conn.execute(
                 q.disable_endpoint, {"endpoint_id": row["endpoint_id"], "reason": reason, "now": now}
             )
-            _finish(conn, deps, row, DeliveryState.ENDPOINT_DISABLED, status=result.status, error=reason)
+            applied = _finish(
+                conn,
+                deps,
+                row,
+                DeliveryState.ENDPOINT_DISABLED,
+                attempt=attempt,
+                status=result.status,
+                error=reason,
+            )
             logger.warning("endpoint disabled: 410 Gone", extra=keys)
             deps.metrics.count(ENDPOINTS_DISABLED)
             outcome = AttemptOutcome(Next.GAVE_UP, attempt=attempt, status=410)
@@ -205,7 +238,15 @@ def _record(
                 conn.execute(
                     q.disable_endpoint, {"endpoint_id": row["endpoint_id"], "reason": reason, "now": now}
                 )
-                _finish(conn, deps, row, DeliveryState.ENDPOINT_DISABLED, status=result.status, error=error)
+                applied = _finish(
+                    conn,
+                    deps,
+                    row,
+                    DeliveryState.ENDPOINT_DISABLED,
+                    attempt=attempt,
+                    status=result.status,
+                    error=error,
+                )
                 # The tenant is told through the alert topic and the endpoint's disabled_reason.
                 logger.error(
                     "ALERT: endpoint disabled after failing for days", extra=keys | {"alert": "disabled"}
@@ -213,24 +254,29 @@ def _record(
                 deps.metrics.count(ENDPOINTS_DISABLED)
                 outcome, delay = AttemptOutcome(Next.GAVE_UP, attempt=attempt, status=result.status), None
             elif delay is None:
-                _finish(conn, deps, row, DeliveryState.FAILED, status=result.status, error=error)
+                applied = _finish(
+                    conn, deps, row, DeliveryState.FAILED, attempt=attempt, status=result.status, error=error
+                )
                 logger.error(
                     "ALERT: delivery gave up after its last attempt", extra=keys | {"alert": "exhausted"}
                 )
                 deps.metrics.count(DELIVERIES_GAVE_UP)
                 outcome = AttemptOutcome(Next.GAVE_UP, attempt=attempt, status=result.status)
             else:
-                _finish(
+                applied = _finish(
                     conn,
                     deps,
                     row,
                     DeliveryState.PENDING,
+                    attempt=attempt,
                     next_at=now + timedelta(seconds=delay),
                     status=result.status,
                     error=error,
                 )
                 wait = math.ceil(delay * deps.time_scale)
                 outcome = AttemptOutcome(Next.RETRY, wait_seconds=wait, attempt=attempt, status=result.status)
+        if not applied:
+            outcome, delay = _overtaken(conn, deps, row, attempt, result), None
         conn.execute(
             q.insert_delivery_attempt,
             {

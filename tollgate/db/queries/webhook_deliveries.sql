@@ -50,10 +50,13 @@ WHERE delivery_id = %(delivery_id)s
 RETURNING attempts
 
 -- name: finish_delivery
+-- Only while the delivery is still PENDING at this attempt: an execution whose attempt was overtaken (a
+-- restarted delivery's new execution attempted since, or delivered it) writes nothing over the newer outcome.
 UPDATE webhook_deliveries
 SET state = %(state)s, next_attempt_at = %(next_attempt_at)s, last_status = %(status)s, last_error = %(error)s,
     delivered_at = CASE WHEN %(state)s = 'DELIVERED' THEN %(now)s END, updated_at = %(now)s
-WHERE delivery_id = %(delivery_id)s
+WHERE delivery_id = %(delivery_id)s AND state = 'PENDING' AND attempts = %(attempt)s
+RETURNING delivery_id
 
 -- name: insert_delivery_attempt
 INSERT INTO webhook_delivery_attempts
