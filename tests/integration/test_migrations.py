@@ -235,3 +235,28 @@ def insert_old_job(conn: psycopg.Connection[Any], tenant: uuid.UUID, index: int,
 
 def _in(**delta: float) -> datetime:
     return datetime.now(UTC) + timedelta(**delta)
+
+
+def test_keys_made_before_scopes_keep_every_scope(fresh_database, migrations_dir, tmp_path):
+    from uuid import uuid4
+
+    before = tmp_path / "before-scopes"
+    before.mkdir()
+    for path in sorted(migrations_dir.glob("*.sql")):
+        if int(path.name[:4]) < 13:
+            shutil.copy(path, before / path.name)
+    url = fresh_database()
+    apply_migrations(url, before)
+    tenant_id, key_id = uuid4(), uuid4()
+    with psycopg.connect(url) as conn:
+        conn.execute("INSERT INTO tenants (tenant_id, name) VALUES (%s, 'old')", (tenant_id,))
+        conn.execute(
+            "INSERT INTO api_keys (key_id, tenant_id, key_hash, key_prefix) VALUES (%s, %s, %s, 'tg_old')",
+            (key_id, tenant_id, uuid4().bytes * 2),
+        )
+
+    apply_migrations(url, migrations_dir)
+
+    with psycopg.connect(url) as conn:
+        (scopes,) = conn.execute("SELECT scopes FROM api_keys WHERE key_id = %s", (key_id,)).fetchone()
+    assert set(scopes) == {"jobs:write", "jobs:read", "review", "webhooks:admin", "ops:read"}

@@ -4,8 +4,9 @@ from uuid import uuid4
 
 import pytest
 
+from tollgate.core.errors import InvalidRequest
 from tollgate.tenants.authorizer import AccessDenied, authorize_request
-from tollgate.tenants.keys import Principal, bearer_token, mint_api_key
+from tollgate.tenants.keys import Principal, Scope, bearer_token, mint_api_key, parse_scopes
 
 ARN = "arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/POST/extraction-jobs"
 
@@ -34,6 +35,23 @@ def test_a_known_key_gets_a_policy_for_every_method_with_its_tenant():
     assert policy["principalId"] == str(principal.key_id)
 
 
+def test_the_context_carries_the_keys_scopes_space_separated():
+    key = mint_api_key()
+    principal = Principal(uuid4(), uuid4(), frozenset({Scope.JOBS_READ, Scope.REVIEW}))
+
+    policy = authorize_request(KnownKeys({key: principal}), f"Bearer {key}", ARN)
+
+    assert policy["context"]["scopes"] == "jobs:read review"
+
+
+def test_scopes_are_parsed_strictly():
+    assert parse_scopes(["jobs:read", " review "]) == {Scope.JOBS_READ, Scope.REVIEW}
+    with pytest.raises(InvalidRequest, match="unknown scope jobs:admin"):
+        parse_scopes(["jobs:read", "jobs:admin"])
+    with pytest.raises(InvalidRequest, match="at least one scope"):
+        parse_scopes([" "])
+
+
 @pytest.mark.parametrize("header", [None, "", "Bearer", "Basic abc", "Bearer not-our-format", "tg_abc"])
 def test_malformed_headers_are_denied_without_a_lookup(header):
     resolver = KnownKeys({})
@@ -52,3 +70,28 @@ def test_keys_are_long_random_and_prefixed():
     assert len(keys) == 100
     assert all(k.startswith("tg_") and len(k) >= 40 for k in keys)
     assert bearer_token("bearer  tg_x ") == "tg_x"
+
+
+def _event(authorizer):
+    from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
+
+    return APIGatewayProxyEvent({"requestContext": {"authorizer": authorizer}})
+
+
+def test_a_route_admits_a_key_holding_its_scope_and_refuses_one_without_it():
+    from tollgate.api.routes.shared import authenticated_tenant
+    from tollgate.core.errors import Forbidden
+
+    tenant_id = uuid4()
+    event = _event({"tenant_id": str(tenant_id), "scopes": "jobs:read review"})
+
+    assert authenticated_tenant(event, Scope.JOBS_READ) == tenant_id
+    with pytest.raises(Forbidden, match="jobs:write"):
+        authenticated_tenant(event, Scope.JOBS_WRITE)
+
+
+def test_a_context_cached_from_before_scopes_holds_every_scope_as_its_key_does():
+    from tollgate.api.routes.shared import authenticated_tenant
+
+    tenant_id = uuid4()
+    assert authenticated_tenant(_event({"tenant_id": str(tenant_id)}), Scope.WEBHOOKS_ADMIN) == tenant_id

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from pydantic import SecretStr, ValidationError
@@ -21,6 +21,9 @@ from rich.console import Console
 
 from tollgate.cli.support import deliveries_app, dlq_app, jobs_app
 from tollgate.settings import MIGRATIONS_DIR, REPO_ROOT, DatabaseSettings
+
+if TYPE_CHECKING:
+    from tollgate.db import Database
 
 app = typer.Typer(
     help="Tollgate: asynchronous, rate-limited LLM jobs for many tenants.", no_args_is_help=True
@@ -66,20 +69,31 @@ class DatabaseUrl(BaseSettings):
     database_url: SecretStr
 
 
+ScopeOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--scope",
+        help="A scope the key holds (repeat it): jobs:write, jobs:read, review, webhooks:admin, ops:read. "
+        "Without it, every scope.",
+    ),
+]
+
+
 @tenants_app.command("create")
-def tenants_create(name: str, data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
+def tenants_create(name: str, scope: ScopeOption = None, data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
     """Create a tenant and print its API key (shown this once, never stored)."""
     from tollgate.core.clock import new_id
     from tollgate.core.errors import TollgateError
     from tollgate.db import build_database
     from tollgate.db.migrations import apply_migrations
-    from tollgate.tenants.keys import create_tenant
+    from tollgate.tenants.keys import ALL_SCOPES, create_tenant, parse_scopes
 
     url = _database_url(data_dir)
     apply_migrations(url, MIGRATIONS_DIR)
     db = build_database(DatabaseSettings(database_url=SecretStr(url), database_role="tollgate_system"))
     try:
-        tenant = create_tenant(db, name, new_id)
+        scopes = parse_scopes(scope) if scope else ALL_SCOPES
+        tenant = create_tenant(db, name, new_id, scopes=scopes)
     except TollgateError as error:
         console.print(f"[red]{error.detail}[/red]")
         raise typer.Exit(2) from None
@@ -149,6 +163,97 @@ def tenants_set_retention(
         if days != "default"
         else f"{tenant} keeps finished jobs for the deployment's default retention"
     )
+
+
+keys_app = typer.Typer(help="A tenant's API keys: create, list, revoke.", no_args_is_help=True)
+tenants_app.add_typer(keys_app, name="keys")
+
+
+def _system_db(data_dir: Path) -> Database:
+    from tollgate.db import build_database
+
+    url = _database_url(data_dir)
+    return build_database(DatabaseSettings(database_url=SecretStr(url), database_role="tollgate_system"))
+
+
+@keys_app.command("create")
+def keys_create(
+    tenant: Annotated[str, typer.Argument(help="The tenant's name.")],
+    scope: ScopeOption = None,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+) -> None:
+    """Create another API key for a tenant and print it (shown this once, never stored)."""
+    from tollgate.core.clock import new_id
+    from tollgate.core.errors import TollgateError
+    from tollgate.tenants.keys import ALL_SCOPES, create_key, parse_scopes
+    from tollgate.tenants.suppliers import find_tenant
+
+    db = _system_db(data_dir)
+    try:
+        scopes = parse_scopes(scope) if scope else ALL_SCOPES
+        key = create_key(db, find_tenant(db, tenant), new_id, scopes=scopes)
+    except TollgateError as error:
+        console.print(f"[red]{error.detail}[/red]")
+        raise typer.Exit(2) from None
+    finally:
+        db.close()
+    notes.print(f"key {key.key_id} ({key.key_prefix}…) with {' '.join(sorted(key.scopes))}", highlight=False)
+    print(key.api_key)
+
+
+@keys_app.command("list")
+def keys_list(
+    tenant: Annotated[str, typer.Argument(help="The tenant's name.")], data_dir: DataDir = DEFAULT_DATA_DIR
+) -> None:
+    """A tenant's keys, newest first: id, prefix, scopes, created, revoked."""
+    from tollgate.core.errors import TollgateError
+    from tollgate.tenants.keys import list_keys
+    from tollgate.tenants.suppliers import find_tenant
+
+    db = _system_db(data_dir)
+    try:
+        keys = list_keys(db, find_tenant(db, tenant))
+    except TollgateError as error:
+        console.print(f"[red]{error.detail}[/red]")
+        raise typer.Exit(2) from None
+    finally:
+        db.close()
+    for key in keys:
+        revoked = f"revoked {key['revoked_at']:%Y-%m-%d %H:%M}" if key["revoked_at"] else "live"
+        scopes = " ".join(sorted(key["scopes"]))
+        created = f"created {key['created_at']:%Y-%m-%d}"
+        print(f"{key['key_id']}  {key['key_prefix']}…  {scopes}  {created}  {revoked}")
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    tenant: Annotated[str, typer.Argument(help="The tenant's name.")],
+    key_id: Annotated[str, typer.Argument(help="The key's id (from `tollgate tenants keys list`).")],
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+) -> None:
+    """Revoke a key. It stops resolving at once; the authorizer's cache (API_KEY_CACHE_TTL_SECONDS) and
+    API Gateway's may admit it until they expire."""
+    from uuid import UUID
+
+    from tollgate.core.clock import SystemClock
+    from tollgate.core.errors import TollgateError
+    from tollgate.tenants.keys import revoke_key
+    from tollgate.tenants.suppliers import find_tenant
+
+    try:
+        key = UUID(key_id)
+    except ValueError:
+        console.print(f"[red]{key_id!r} is not a key id[/red]")
+        raise typer.Exit(2) from None
+    db = _system_db(data_dir)
+    try:
+        revoke_key(db, SystemClock(), find_tenant(db, tenant), key)
+    except TollgateError as error:
+        console.print(f"[red]{error.detail}[/red]")
+        raise typer.Exit(2) from None
+    finally:
+        db.close()
+    console.print(f"key {key} of {tenant} revoked")
 
 
 @db_app.command("migrate")

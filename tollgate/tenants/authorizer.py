@@ -32,5 +32,10 @@ def authorize_request(
             "Version": "2012-10-17",
             "Statement": [{"Action": "execute-api:Invoke", "Effect": "Allow", "Resource": resource}],
         },
-        "context": {"tenant_id": str(principal.tenant_id), "key_id": str(principal.key_id)},
+        # Context values are strings: the scopes go space-separated, as OAuth writes them.
+        "context": {
+            "tenant_id": str(principal.tenant_id),
+            "key_id": str(principal.key_id),
+            "scopes": " ".join(sorted(principal.scopes)),
+        },
     }

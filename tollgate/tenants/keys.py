@@ -10,22 +10,50 @@ import hashlib
 import re
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
 from uuid import UUID
 
 from tollgate.core.clock import Clock, IdFactory
-from tollgate.core.errors import InvalidRequest
+from tollgate.core.errors import InvalidRequest, NotFound
 from tollgate.db import Database
 
 KEY_PREFIX = "tg_"
 _PREFIX_SHOWN = 10
 
 
+class Scope(StrEnum):
+    """What a key may do; each API route needs one (migration 0013 holds the same list)."""
+
+    JOBS_WRITE = "jobs:write"  # submit and cancel jobs
+    JOBS_READ = "jobs:read"  # read jobs, lists and results
+    REVIEW = "review"  # decide results that wait for review
+    WEBHOOKS_ADMIN = "webhooks:admin"  # manage webhook endpoints, their secrets and deliveries
+    OPS_READ = "ops:read"  # operational detail: attempt history
+
+
+ALL_SCOPES = frozenset(Scope)
+
+
+def parse_scopes(names: Iterable[str]) -> frozenset[Scope]:
+    """Scopes from their names (``jobs:read``), refusing unknown ones and an empty set."""
+    wanted = {name.strip() for name in names if name.strip()}
+    unknown = sorted(wanted - {scope.value for scope in Scope})
+    if unknown:
+        known = ", ".join(scope.value for scope in Scope)
+        raise InvalidRequest(f"unknown scope {', '.join(unknown)}; the scopes are {known}")
+    if not wanted:
+        raise InvalidRequest("a key needs at least one scope")
+    return frozenset(Scope(name) for name in wanted)
+
+
 @dataclass(frozen=True)
 class Principal:
     tenant_id: UUID
     key_id: UUID
+    scopes: frozenset[Scope] = ALL_SCOPES
 
 
 @dataclass(frozen=True)
@@ -75,7 +103,11 @@ class ApiKeyResolver:
             return cached[1]
         with self._db.transaction() as conn:
             row = conn.execute(self._db.q.resolve_api_key, {"key_hash": key_hash}).fetchone()
-        principal = Principal(row["tenant_id"], row["key_id"]) if row else None
+        principal = (
+            Principal(row["tenant_id"], row["key_id"], frozenset(Scope(s) for s in row["scopes"]))
+            if row
+            else None
+        )
         with self._lock:
             if len(self._cache) >= self._max_entries:
                 self._cache.clear()
@@ -89,11 +121,13 @@ def create_tenant(
     new_id: IdFactory,
     mint: Callable[[], str] = mint_api_key,
     allowed_currencies: list[str] | None = None,
+    *,
+    scopes: frozenset[Scope] = ALL_SCOPES,
 ) -> NewTenant:
     """Creates a tenant and its first API key; needs the system role (tenants do not create tenants).
 
     ``allowed_currencies`` (ISO 4217 codes) defaults to EUR, USD, GBP and CHF; validation sends an invoice in
-    any other currency to review.
+    any other currency to review. The key holds ``scopes``, every scope by default.
     """
     name = name.strip()
     if not 1 <= len(name) <= 100:
@@ -115,6 +149,54 @@ def create_tenant(
                 "tenant_id": tenant_id,
                 "key_hash": hash_api_key(api_key),
                 "key_prefix": api_key[:_PREFIX_SHOWN],
+                "scopes": sorted(scopes),
             },
         )
     return NewTenant(tenant_id, name, api_key, api_key[:_PREFIX_SHOWN])
+
+
+@dataclass(frozen=True)
+class NewKey:
+    key_id: UUID
+    api_key: str
+    key_prefix: str
+    scopes: frozenset[Scope]
+
+
+def create_key(
+    db: Database,
+    tenant_id: UUID,
+    new_id: IdFactory,
+    *,
+    scopes: frozenset[Scope],
+    mint: Callable[[], str] = mint_api_key,
+) -> NewKey:
+    """Another key for a tenant, holding ``scopes``; needs the system role. The key is returned once."""
+    key_id, api_key = new_id(), mint()
+    with db.transaction() as conn:
+        conn.execute(
+            db.q.insert_api_key,
+            {
+                "key_id": key_id,
+                "tenant_id": tenant_id,
+                "key_hash": hash_api_key(api_key),
+                "key_prefix": api_key[:_PREFIX_SHOWN],
+                "scopes": sorted(scopes),
+            },
+        )
+    return NewKey(key_id, api_key, api_key[:_PREFIX_SHOWN], scopes)
+
+
+def list_keys(db: Database, tenant_id: UUID) -> list[dict[str, Any]]:
+    with db.transaction() as conn:
+        return list(conn.execute(db.q.list_api_keys, {"tenant_id": tenant_id}).fetchall())
+
+
+def revoke_key(db: Database, clock: Clock, tenant_id: UUID, key_id: UUID) -> None:
+    """Revokes one of the tenant's keys; resolvers stop admitting it when their cache entry expires."""
+    with db.transaction() as conn:
+        revoked = conn.execute(
+            db.q.revoke_api_key, {"tenant_id": tenant_id, "key_id": key_id, "now": clock.now()}
+        ).fetchone()
+    if revoked is None:
+        raise NotFound(f"the tenant has no live key {key_id}")

@@ -22,6 +22,7 @@ from tollgate.api.routes.shared import (
 )
 from tollgate.core.job_states import JobState
 from tollgate.core.observability import trace_for_request
+from tollgate.tenants.keys import Scope
 
 logger = Logger(service="tollgate-api")
 
@@ -60,7 +61,11 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         event = router.current_event
         trace = trace_for_request(traceparent, event.headers.get("X-Amzn-Trace-Id"))
         accepted = accept_job(
-            deps.acceptance, authenticated_tenant(event), idempotency_key, request, trace.traceparent
+            deps.acceptance,
+            authenticated_tenant(event, Scope.JOBS_WRITE),
+            idempotency_key,
+            request,
+            trace.traceparent,
         )
         job = accepted.job
         logger.info(
@@ -84,7 +89,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         limit: Annotated[int, Query(ge=1, le=100)] = 20,
         cursor: Annotated[str | None, Query(max_length=512)] = None,
     ) -> Response[str]:
-        tenant_id = authenticated_tenant(router.current_event)
+        tenant_id = authenticated_tenant(router.current_event, Scope.JOBS_READ)
         return json_response(
             200, list_jobs(deps.acceptance.db, tenant_id, state=state, limit=limit, cursor=cursor)
         )
@@ -96,7 +101,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         tags=TAGS,
     )
     def get_extraction_job(job_id: str) -> Response[str]:
-        tenant_id = authenticated_tenant(router.current_event)
+        tenant_id = authenticated_tenant(router.current_event, Scope.JOBS_READ)
         return json_response(200, get_job(deps.acceptance.db, tenant_id, path_id(job_id, JOB)))
 
     @router.get(
@@ -106,7 +111,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         tags=TAGS,
     )
     def get_extraction_result(job_id: str) -> Response[str]:
-        tenant_id = authenticated_tenant(router.current_event)
+        tenant_id = authenticated_tenant(router.current_event, Scope.JOBS_READ)
         return json_response(200, get_job_result(deps.acceptance.db, tenant_id, path_id(job_id, JOB)))
 
     @router.post(
@@ -116,7 +121,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         tags=TAGS,
     )
     def cancel_extraction_job(job_id: str) -> Response[str]:
-        tenant_id = authenticated_tenant(router.current_event)
+        tenant_id = authenticated_tenant(router.current_event, Scope.JOBS_WRITE)
         return json_response(200, cancel_job(deps.acceptance.db, tenant_id, path_id(job_id, JOB)))
 
     return router

@@ -12,7 +12,8 @@ from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 from pydantic import BaseModel
 
 from tollgate.api.problems import PROBLEM_CONTENT_TYPE
-from tollgate.core.errors import NotFound, Unauthorized
+from tollgate.core.errors import Forbidden, NotFound, Unauthorized
+from tollgate.tenants.keys import Scope
 
 
 def new_router() -> APIGatewayRouter:
@@ -20,13 +21,22 @@ def new_router() -> APIGatewayRouter:
     return APIGatewayRouter()  # type: ignore[no-untyped-call]  # Powertools leaves __init__ unannotated
 
 
-def authenticated_tenant(event: BaseProxyEvent) -> UUID:
-    """The tenant from the authorizer's context: never from the request, which the tenant controls."""
+def authenticated_tenant(event: BaseProxyEvent, scope: Scope) -> UUID:
+    """The tenant from the authorizer's context (never from the request, which the tenant controls), when
+    the key holds ``scope``; 403 when it does not.
+
+    A context without scopes was cached by API Gateway from an authorizer older than scopes, for a key made
+    before them, and such keys hold every scope (migration 0013).
+    """
     authorizer = (event.raw_event.get("requestContext") or {}).get("authorizer") or {}
     try:
-        return UUID(str(authorizer["tenant_id"]))
+        tenant_id = UUID(str(authorizer["tenant_id"]))
     except (KeyError, ValueError):
         raise Unauthorized("the request carries no authenticated tenant") from None
+    granted = authorizer.get("scopes")
+    if granted is not None and scope.value not in str(granted).split():
+        raise Forbidden(f"this API key lacks the {scope.value} scope this request needs")
+    return tenant_id
 
 
 def path_id(raw: str, what: str) -> UUID:
@@ -56,11 +66,12 @@ def documented(model: type[BaseModel], description: str, status: int = 200) -> d
 
 
 def problem_responses(*statuses: int) -> dict[int, OpenAPIResponse]:
-    # Every route reads or writes PostgreSQL, so every route may answer 503 while it is unreachable.
+    # Every route reads or writes PostgreSQL, so every route may answer 503 while it is unreachable; every
+    # route needs a scope the key may lack (403).
     return {
         status: {
             "description": "Problem details (RFC 9457)",
             "content": {PROBLEM_CONTENT_TYPE: {"schema": {}}},
         }
-        for status in sorted({*statuses, 503})
+        for status in sorted({*statuses, 403, 503})
     }

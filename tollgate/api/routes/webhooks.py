@@ -43,6 +43,7 @@ from tollgate.delivery.endpoints import (
     rotate_secret,
     update_endpoint,
 )
+from tollgate.tenants.keys import Scope
 
 ENDPOINT = "webhook endpoint"
 DELIVERY = "delivery"
@@ -89,7 +90,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         tags=TAGS,
     )
     def create(request: Annotated[EndpointCreate, Body()]) -> Response[str]:
-        tenant_id = authenticated_tenant(router.current_event)
+        tenant_id = authenticated_tenant(router.current_event, Scope.WEBHOOKS_ADMIN)
         return json_response(201, create_endpoint(endpoints(), tenant_id, request))
 
     @router.get(
@@ -99,7 +100,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         tags=TAGS,
     )
     def list_all() -> Response[str]:
-        tenant_id = authenticated_tenant(router.current_event)
+        tenant_id = authenticated_tenant(router.current_event, Scope.WEBHOOKS_ADMIN)
         return json_response(200, list_endpoints(endpoints().db, tenant_id))
 
     @router.get(
@@ -109,7 +110,10 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         tags=TAGS,
     )
     def get_one(endpoint_id: str) -> Response[str]:
-        tenant_id, endpoint = authenticated_tenant(router.current_event), path_id(endpoint_id, ENDPOINT)
+        tenant_id, endpoint = (
+            authenticated_tenant(router.current_event, Scope.WEBHOOKS_ADMIN),
+            path_id(endpoint_id, ENDPOINT),
+        )
         return json_response(200, get_endpoint(endpoints().db, tenant_id, endpoint))
 
     @router.patch(
@@ -119,7 +123,10 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         tags=TAGS,
     )
     def update(endpoint_id: str, request: Annotated[EndpointUpdate, Body()]) -> Response[str]:
-        tenant_id, endpoint = authenticated_tenant(router.current_event), path_id(endpoint_id, ENDPOINT)
+        tenant_id, endpoint = (
+            authenticated_tenant(router.current_event, Scope.WEBHOOKS_ADMIN),
+            path_id(endpoint_id, ENDPOINT),
+        )
         return json_response(200, update_endpoint(endpoints(), tenant_id, endpoint, request))
 
     @router.delete(
@@ -130,7 +137,10 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         tags=TAGS,
     )
     def delete(endpoint_id: str) -> Response[str]:
-        tenant_id, endpoint = authenticated_tenant(router.current_event), path_id(endpoint_id, ENDPOINT)
+        tenant_id, endpoint = (
+            authenticated_tenant(router.current_event, Scope.WEBHOOKS_ADMIN),
+            path_id(endpoint_id, ENDPOINT),
+        )
         delete_endpoint(endpoints(), tenant_id, endpoint)
         return Response(status_code=204, body="")
 
@@ -141,7 +151,10 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         tags=TAGS,
     )
     def rotate(endpoint_id: str) -> Response[str]:
-        tenant_id, endpoint = authenticated_tenant(router.current_event), path_id(endpoint_id, ENDPOINT)
+        tenant_id, endpoint = (
+            authenticated_tenant(router.current_event, Scope.WEBHOOKS_ADMIN),
+            path_id(endpoint_id, ENDPOINT),
+        )
         return json_response(200, rotate_secret(endpoints(), tenant_id, endpoint))
 
     @router.get(
@@ -151,7 +164,10 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         tags=TAGS,
     )
     def deliveries(endpoint_id: str, limit: Annotated[int, Query(ge=1, le=100)] = 20) -> Response[str]:
-        tenant_id, endpoint = authenticated_tenant(router.current_event), path_id(endpoint_id, ENDPOINT)
+        tenant_id, endpoint = (
+            authenticated_tenant(router.current_event, Scope.WEBHOOKS_ADMIN),
+            path_id(endpoint_id, ENDPOINT),
+        )
         return json_response(200, list_deliveries(endpoints().db, tenant_id, endpoint, limit))
 
     @router.post(
@@ -162,7 +178,10 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
     )
     def replay_one(endpoint_id: str, delivery_id: str) -> Response[str]:
         # The ids first: one that is not a UUID is the 404 it is everywhere, even where replays answer 503.
-        tenant_id, endpoint = authenticated_tenant(router.current_event), path_id(endpoint_id, ENDPOINT)
+        tenant_id, endpoint = (
+            authenticated_tenant(router.current_event, Scope.WEBHOOKS_ADMIN),
+            path_id(endpoint_id, ENDPOINT),
+        )
         delivery = path_id(delivery_id, DELIVERY)
         return json_response(202, replay_delivery(replays(), tenant_id, endpoint, delivery))
 
@@ -176,7 +195,10 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         tags=TAGS,
     )
     def replay_since(endpoint_id: str, request: Annotated[ReplaySince, Body()]) -> Response[str]:
-        tenant_id, endpoint = authenticated_tenant(router.current_event), path_id(endpoint_id, ENDPOINT)
+        tenant_id, endpoint = (
+            authenticated_tenant(router.current_event, Scope.WEBHOOKS_ADMIN),
+            path_id(endpoint_id, ENDPOINT),
+        )
         return json_response(202, replay_failed_since(replays(), tenant_id, endpoint, request.since))
 
     return router

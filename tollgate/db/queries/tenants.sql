@@ -19,11 +19,11 @@ WHERE t.tenant_id = %(tenant_id)s
 GROUP BY t.allowed_currencies
 
 -- name: insert_api_key
-INSERT INTO api_keys (key_id, tenant_id, key_hash, key_prefix)
-VALUES (%(key_id)s, %(tenant_id)s, %(key_hash)s, %(key_prefix)s)
+INSERT INTO api_keys (key_id, tenant_id, key_hash, key_prefix, scopes)
+VALUES (%(key_id)s, %(tenant_id)s, %(key_hash)s, %(key_prefix)s, %(scopes)s)
 
 -- name: resolve_api_key
-SELECT tenant_id, key_id FROM resolve_api_key(%(key_hash)s)
+SELECT tenant_id, key_id, scopes FROM resolve_api_key(%(key_hash)s)
 
 -- name: insert_supplier
 INSERT INTO tenant_suppliers (supplier_id, tenant_id, name, normalized_name, iban)
@@ -33,3 +33,16 @@ ON CONFLICT (tenant_id, normalized_name) DO UPDATE SET iban = EXCLUDED.iban, nam
 -- name: set_tenant_retention
 -- NULL puts the tenant back on the deployment's default (RETENTION_DEFAULT_DAYS).
 UPDATE tenants SET retention_days = %(retention_days)s WHERE tenant_id = %(tenant_id)s RETURNING tenant_id
+
+-- name: list_api_keys
+-- A tenant's keys, newest first; never their hashes.
+SELECT key_id, key_prefix, scopes, created_at, revoked_at FROM api_keys
+WHERE tenant_id = %(tenant_id)s
+ORDER BY created_at DESC
+
+-- name: revoke_api_key
+-- The key stops resolving at once; authorizer caches (API_KEY_CACHE_TTL_SECONDS and API Gateway's own)
+-- may still admit it until they expire.
+UPDATE api_keys SET revoked_at = %(now)s
+WHERE tenant_id = %(tenant_id)s AND key_id = %(key_id)s AND revoked_at IS NULL
+RETURNING key_id
