@@ -61,14 +61,15 @@ def test_a_jobs_key_cannot_manage_webhooks_and_a_webhooks_key_cannot_touch_jobs(
 
 
 def test_every_route_needs_a_scope(stack, system_db, tenant, clean_db):
-    # No route needs ops:read yet, so a key holding only it is refused everywhere it is checked.
-    ops = keyed_client(stack, system_db, tenant, Scope.OPS_READ)
+    # No route needs review yet, so a key holding only it is refused everywhere it is checked.
+    ops = keyed_client(stack, system_db, tenant, Scope.REVIEW)
     some = uuid4()
     for method, path in [
         ("GET", "/extraction-jobs"),
         ("GET", f"/extraction-jobs/{some}"),
         ("GET", f"/extraction-jobs/{some}/result"),
         ("POST", f"/extraction-jobs/{some}/cancel"),
+        ("GET", f"/extraction-jobs/{some}/attempts"),
         ("GET", "/webhook-endpoints"),
         ("GET", f"/webhook-endpoints/{some}"),
         ("DELETE", f"/webhook-endpoints/{some}"),
@@ -139,3 +140,25 @@ def test_an_operator_creates_lists_and_revokes_keys_from_the_cli(system_db, clea
     assert "revoked" in cli("tenants", "keys", "list", "acme").stdout.splitlines()[0]
     assert cli("tenants", "keys", "revoke", "acme", key_id).exit_code == 2
     assert cli("tenants", "keys", "revoke", "acme", "not-an-id").exit_code == 2
+
+
+def test_attempt_history_needs_ops_read(stack, system_db, tenant, make_tenant, clean_db):
+    from tollgate.execution.leasing import claim_next_job
+
+    job_id = tenant.client.submit(invoice_request(), "k").json["job_id"]
+    claimed = claim_next_job(system_db, SystemClock(), worker_id="w-1", lease_seconds=60, tenant_cap=10)
+    assert claimed is not None and str(claimed.job_id) == job_id
+    ops = keyed_client(stack, system_db, tenant, Scope.OPS_READ)
+    reader = keyed_client(stack, system_db, tenant, Scope.JOBS_READ)
+
+    history = ops.request("GET", f"/extraction-jobs/{job_id}/attempts")
+
+    assert history.status == 200, history.json
+    assert history.json["job_id"] == job_id
+    [attempt] = history.json["attempts"]
+    assert attempt["attempt"] == 1 and attempt["finished_at"] is None and attempt["outcome"] is None
+    assert "worker_id" not in attempt and "fence" not in attempt  # the tenant gets no internals
+    assert_forbidden(reader.request("GET", f"/extraction-jobs/{job_id}/attempts"), "ops:read")
+    other = make_tenant("other")
+    other_ops = keyed_client(stack, system_db, other, Scope.OPS_READ)
+    assert other_ops.request("GET", f"/extraction-jobs/{job_id}/attempts").status == 404

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 from uuid import UUID
@@ -106,6 +107,28 @@ class JobResultView(BaseModel):
     result: dict[str, object]
     review_reasons: list[dict[str, object]]
     created_at: datetime
+
+
+class AttemptView(BaseModel):
+    """One attempt at a job: operational detail, behind the ``ops:read`` scope."""
+
+    attempt: int
+    started_at: datetime
+    finished_at: datetime | None
+    outcome: str | None = Field(
+        description="ok, transient, refused, lease_expired, released, …; null while running."
+    )
+    model: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    cost_usd: Decimal | None
+    latency_ms: int | None
+    error: dict[str, object] | None
+
+
+class AttemptList(BaseModel):
+    job_id: UUID
+    attempts: list[AttemptView]
 
 
 class Accepted(BaseModel):

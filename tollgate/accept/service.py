@@ -1,4 +1,4 @@
-"""Acceptance use cases: accept_job, get_job, list_jobs, get_job_result, cancel_job.
+"""Acceptance use cases: accept_job, get_job, list_jobs, get_job_result, list_job_attempts, cancel_job.
 
 accept_job writes the job and its ``extraction.requested.v1`` outbox event in one transaction, after the
 idempotency lookup and the admission checks, all under a per-tenant transaction lock. A replay of a
@@ -21,6 +21,8 @@ from psycopg.types.json import Jsonb
 
 from tollgate.accept.models import (
     Accepted,
+    AttemptList,
+    AttemptView,
     CreateJobRequest,
     DocumentView,
     JobLinks,
@@ -380,6 +382,15 @@ def get_job_result(db: Database, tenant_id: UUID, job_id: UUID) -> JobResultView
     if state.is_terminal:
         raise InvalidState(f"the job ended {state.value} and has no result", state=state.value)
     raise InvalidState(f"the job is {state.value}; its result is not ready yet", state=state.value)
+
+
+def list_job_attempts(db: Database, tenant_id: UUID, job_id: UUID) -> AttemptList:
+    with db.transaction(tenant_id) as conn:
+        job = conn.execute(db.q.get_job, {"tenant_id": tenant_id, "job_id": job_id}).fetchone()
+        rows = conn.execute(db.q.list_job_attempts, {"tenant_id": tenant_id, "job_id": job_id}).fetchall()
+    if job is None:
+        raise NotFound(f"no extraction job {job_id}")
+    return AttemptList(job_id=job_id, attempts=[AttemptView.model_validate(row) for row in rows])
 
 
 def cancel_job(db: Database, tenant_id: UUID, job_id: UUID) -> JobView:

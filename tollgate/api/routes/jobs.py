@@ -9,8 +9,15 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 
-from tollgate.accept.models import CreateJobRequest, JobPage, JobResultView, JobView
-from tollgate.accept.service import accept_job, cancel_job, get_job, get_job_result, list_jobs
+from tollgate.accept.models import AttemptList, CreateJobRequest, JobPage, JobResultView, JobView
+from tollgate.accept.service import (
+    accept_job,
+    cancel_job,
+    get_job,
+    get_job_result,
+    list_job_attempts,
+    list_jobs,
+)
 from tollgate.api.deps import ApiDeps
 from tollgate.api.routes.shared import (
     authenticated_tenant,
@@ -113,6 +120,16 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
     def get_extraction_result(job_id: str) -> Response[str]:
         tenant_id = authenticated_tenant(router.current_event, Scope.JOBS_READ)
         return json_response(200, get_job_result(deps.acceptance.db, tenant_id, path_id(job_id, JOB)))
+
+    @router.get(
+        "/extraction-jobs/<job_id>/attempts",
+        summary="A job's attempts: outcome, model, tokens, cost and latency of each (needs ops:read)",
+        responses={**documented(AttemptList, "The attempts, oldest first"), **problem_responses(401, 404)},
+        tags=TAGS,
+    )
+    def get_extraction_attempts(job_id: str) -> Response[str]:
+        tenant_id = authenticated_tenant(router.current_event, Scope.OPS_READ)
+        return json_response(200, list_job_attempts(deps.acceptance.db, tenant_id, path_id(job_id, JOB)))
 
     @router.post(
         "/extraction-jobs/<job_id>/cancel",

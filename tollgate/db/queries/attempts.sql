@@ -12,3 +12,11 @@ WHERE job_id = %(job_id)s AND attempt = %(attempt)s AND fence = %(fence)s
 UPDATE job_attempts
 SET finished_at = %(now)s, outcome = %(outcome)s
 WHERE job_id = %(job_id)s AND fence = %(fence)s AND finished_at IS NULL
+
+-- name: list_job_attempts
+-- A tenant's view of one job's attempts, oldest first (row-level security keeps it to the tenant's own).
+SELECT attempt, started_at, finished_at, outcome, model, input_tokens, output_tokens, cost_usd, latency_ms,
+       error
+FROM job_attempts
+WHERE tenant_id = %(tenant_id)s AND job_id = %(job_id)s
+ORDER BY attempt
