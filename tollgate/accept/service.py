@@ -379,7 +379,7 @@ def get_job_result(db: Database, tenant_id: UUID, job_id: UUID) -> JobResultView
     if job is None:
         raise NotFound(f"no extraction job {job_id}")
     state = JobState(job["state"])
-    if state.is_terminal:
+    if state.is_finished:
         raise InvalidState(f"the job ended {state.value} and has no result", state=state.value)
     raise InvalidState(f"the job is {state.value}; its result is not ready yet", state=state.value)
 

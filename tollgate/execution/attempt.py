@@ -515,7 +515,7 @@ def _finish(deps: ExecutionDeps, job: ClaimedJob, pages: tuple[str, ...], result
                 "state": state.value,
                 "next_attempt_at": next_at,
                 "last_error": Jsonb(error) if error else None,
-                "finished_at": now if state.is_terminal else None,
+                "finished_at": now if state.is_finished else None,
             },
         ).fetchone()
         if finished is not None:

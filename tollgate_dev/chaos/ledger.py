@@ -18,7 +18,7 @@ from uuid import UUID
 
 from pydantic import ValidationError
 
-from tollgate.core.job_states import TERMINAL_STATES, JobState
+from tollgate.core.job_states import FINISHED_STATES, JobState
 from tollgate.db import Database
 from tollgate.delivery.states import DeliveryState
 from tollgate.events import EXTRACTION_REQUESTED, WEBHOOK_EVENT_TYPES, UnknownEventType
@@ -257,7 +257,7 @@ def _check_jobs(invariant: Invariant, jobs: Mapping[UUID, _Job], expectations: E
 
 def _unexplained(job: _Job, expectations: Expectations) -> str | None:
     state = job.state
-    if state not in TERMINAL_STATES:
+    if state not in FINISHED_STATES:
         return "not terminal"
     result_attempt = job.row["result_attempt"]
     if state in EXTRACTED_STATES:
@@ -382,7 +382,7 @@ def _check_attempts(invariant: Invariant, jobs: Iterable[_Job]) -> None:
         fences = [a["fence"] for a in job.attempts]
         if any(later <= earlier for earlier, later in itertools.pairwise(fences)):
             invariant.fail(f"{job.label}: fences {fences} do not rise with the attempts")
-        if job.state in TERMINAL_STATES:
+        if job.state in FINISHED_STATES:
             unclosed = [a["attempt"] for a in job.attempts if a["finished_at"] is None or not a["outcome"]]
             if unclosed:
                 invariant.fail(f"{job.label}: attempts {unclosed} were never closed")
@@ -429,6 +429,6 @@ def _check_queues(invariant: Invariant, jobs: Mapping[UUID, _Job], queues: Queue
     for letter in queues.dead_letters:
         job = jobs.get(letter.job_id) if letter.job_id is not None else None
         # The database owns the work: a dead letter whose job finished anyway only lost a signal.
-        if job is None or job.state not in TERMINAL_STATES:
+        if job is None or job.state not in FINISHED_STATES:
             state = job.state if job else "no such job"
             invariant.fail(f"dead letter {letter.message_id} (job {letter.job_id}: {state})")

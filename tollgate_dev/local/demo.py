@@ -29,7 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from tollgate.core.clock import new_id
-from tollgate.core.job_states import TERMINAL_STATES, JobState
+from tollgate.core.job_states import FINISHED_STATES, JobState
 from tollgate.delivery.states import DeliveryState
 from tollgate.tenants.keys import create_tenant
 from tollgate.tenants.suppliers import add_supplier
@@ -153,7 +153,7 @@ def _follow(stack: LocalStack, tenant_ids: list[UUID], total: int, console: Cons
             counts = job_states(db, tenant_ids)
             for state, task in tasks.items():
                 bars.update(task, completed=counts.get(state.value, 0))
-            return sum(counts.get(s.value, 0) for s in TERMINAL_STATES) >= total
+            return sum(counts.get(s.value, 0) for s in FINISHED_STATES) >= total
 
         return stack.wait_for(all_terminal, timeout=COMPLETION_TIMEOUT_SECONDS)
 
