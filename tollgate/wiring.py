@@ -38,6 +38,7 @@ from tollgate.ingress.consumer import IngressDeps
 from tollgate.outbox.nudge import LambdaNudger, NoNudge, Nudger
 from tollgate.outbox.relay import RelayDeps
 from tollgate.outbox.sqs import SqsFifoPublisher
+from tollgate.review.service import ReviewDeps
 from tollgate.scheduler.retention import RetentionPolicy, S3RetentionStore
 from tollgate.scheduler.tick import SchedulerDeps
 from tollgate.settings import (
@@ -85,6 +86,7 @@ def build_api(settings: ApiSettings, db: Database | None = None, nudger: Nudger 
             db, clock, new_id, new_secret, allow_private_targets=settings.webhooks_allow_private_targets
         ),
         replays=replays,
+        reviews=ReviewDeps(db, store, clock, new_id, nudger),
     )
 
 
@@ -288,3 +290,4 @@ def build_support(
         extra_attempts=settings.redrive_extra_attempts,
         deadline_seconds=settings.redrive_deadline_seconds,
     )
+
