@@ -291,3 +291,21 @@ def build_support(
         deadline_seconds=settings.redrive_deadline_seconds,
     )
 
+
+def build_review_cli(settings: SupportDatabaseSettings, *, aws: AwsEndpoint | None = None) -> ReviewDeps:
+    """The review commands' dependencies: the database as the system role, and the documents bucket when
+    the settings name one (a document kept in its row needs none)."""
+    store = None
+    if settings.documents_bucket:
+        session = (
+            boto3.session.Session(
+                aws_access_key_id=aws.access_key_id,
+                aws_secret_access_key=aws.secret_access_key,
+                region_name=aws.region,
+            )
+            if aws
+            else boto3.session.Session()
+        )
+        client = session.client("s3", endpoint_url=aws.url if aws else None)
+        store = S3DocumentStore(client, settings.documents_bucket)
+    return ReviewDeps(build_database(settings, pool_name="reviews"), store, SystemClock(), new_id)
