@@ -609,3 +609,63 @@ def test_jobs_waiting_before_the_review_migration_become_reviewable(fresh_databa
         "https://erp.example/chosen": ["extraction.review_required.v1"],
     }
 
+
+# --- metrics ---------------------------------------------------------------------------------------------
+
+
+def test_review_metrics_count_each_decision_once_with_its_wait_and_gauge_the_queue(
+    reviewing, system_db, clean_db
+):
+    from tollgate.core.metrics import (
+        EXTRACTIONS_VALIDATED,
+        OLDEST_WAITING_REVIEW_AGE,
+        REVIEW_DECISIONS,
+        REVIEW_TIME_TO_DECISION,
+        REVIEWS_REQUIRED,
+        REVIEWS_WAITING,
+        RecordedMetrics,
+    )
+    from tollgate.core.retry import RetryPolicy
+    from tollgate.scheduler.tick import SchedulerDeps, SchedulerReport, publish_review_metrics
+
+    tenant, reviewer, _ = reviewing
+    start = SystemClock().now() - timedelta(hours=1)
+    worker_metrics = RecordedMetrics()
+    jobs = []
+    for offset, invoice in (
+        (0, extraction(total="999.70")),
+        (60, extraction(currency="JPY")),
+        (120, extraction()),
+    ):
+        job_id = tenant.client.submit(invoice_request(TEXT), secrets.token_hex(6)).json["job_id"]
+        deps = make_deps(
+            system_db, ScriptedLlm(ok(invoice)), clock=FakeClock(start + timedelta(seconds=offset))
+        )
+        asyncio.run(run_attempt(deps, claim(deps)))
+        worker_metrics.counts.update(deps.metrics.counts)
+        jobs.append(job_id)
+    assert (worker_metrics.counts[EXTRACTIONS_VALIDATED], worker_metrics.counts[REVIEWS_REQUIRED]) == (3, 2)
+    version = review(reviewer, jobs[0]).json["state_version"]
+    assert decide(reviewer, jobs[0], {"decision": "approve", "note": "fine"}, version).status == 200
+    now = SystemClock().now()
+    metrics = RecordedMetrics()
+    scheduler = SchedulerDeps(
+        db=system_db,
+        clock=FakeClock(now),
+        new_id=new_id,
+        metrics=metrics,
+        retry_policy=RetryPolicy(base_seconds=2, cap_seconds=60, attempt_timeout_seconds=30),
+        jitter=lambda low, high: low,
+    )
+
+    publish_review_metrics(scheduler, SchedulerReport())
+    publish_review_metrics(scheduler, SchedulerReport())  # the next tick: nothing new to count
+
+    assert metrics.values[REVIEWS_WAITING] == 1
+    assert metrics.values[OLDEST_WAITING_REVIEW_AGE] == pytest.approx(
+        (now - start).total_seconds() - 60, abs=1
+    )
+    assert metrics.counts[REVIEW_DECISIONS["approve"]] == 1
+    assert metrics.counts[REVIEW_DECISIONS["reject"]] == metrics.counts[REVIEW_DECISIONS["correct"]] == 0
+    [waited] = metrics.observed[REVIEW_TIME_TO_DECISION]
+    assert (now - start).total_seconds() - 120 < waited <= (now - start).total_seconds()
