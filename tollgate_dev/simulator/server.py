@@ -34,7 +34,9 @@ from typing import Any
 
 from tollgate.core.clock import Clock
 from tollgate.execution.extraction.prompt import document_pages
-from tollgate_dev.simulator.extraction import extract
+from tollgate_dev.simulator.extraction import Mistake, extract
+
+MISTAKES = frozenset(m.value for m in Mistake)
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +60,14 @@ class Fault(StrEnum):
     SERVER_ERROR = "5xx"  # 500 or 503, drawn from the seed
     INTERNAL_ERROR = "500"
     OVERLOADED = "503"
-    ARITHMETIC = "arithmetic"  # a well-formed extraction with one wrong line amount
+    # Well-formed extractions with one mistake a real model makes (tollgate_dev.simulator.extraction).
+    ARITHMETIC = "arithmetic"  # one wrong line amount
+    INVENTED_IBAN = "invented_iban"
+    SWAPPED_QUANTITY_PRICE = "swapped_quantity_price"
+    DROPPED_LINE = "dropped_line"
+    WRONG_CURRENCY = "wrong_currency"
+    EVIDENCE_ELSEWHERE = "evidence_elsewhere"
+    EVIDENCE_INVENTED = "evidence_invented"
 
 
 PROMPT_ONLY_HABITS = frozenset({Fault.CODE_FENCE, Fault.LEADING_PROSE, Fault.TRAILING_PROSE})
@@ -436,7 +445,8 @@ class SimulatedProvider:
             return self._server_error(fault)
 
         pages = document_pages(body["messages"])
-        extraction = extract(pages, arithmetic_mistake=fault is Fault.ARITHMETIC)
+        mistake = Mistake(fault.value) if fault is not None and fault.value in MISTAKES else None
+        extraction = extract(pages, mistake=mistake)
         content = json.dumps(extraction, ensure_ascii=False, indent=None if _format_type(body) else 2)
         if fault in PROMPT_ONLY_HABITS:
             content = _dress(content, fault)
