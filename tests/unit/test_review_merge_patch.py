@@ -41,10 +41,14 @@ def test_neither_the_target_nor_the_patch_is_changed():
     assert patch == {"tax": {"amount": "2.00"}, "line_items": [{"amount": "3.00"}]}
 
 
+# As stored, less the evidence of dates, currency and IBAN: absent fields that may be null are read as null.
 INVOICE = {
-    "supplier": {"name": "Nordwind Logistik GmbH", "evidence": "Nordwind Logistik GmbH"},
+    "supplier": {
+        "name": "Nordwind Logistik GmbH",
+        "evidence": {"page": 1, "quote": "Nordwind Logistik GmbH"},
+    },
     "invoice_number": "DE-2026-00001",
-    "invoice_number_evidence": "Invoice no. DE-2026-00001",
+    "invoice_number_evidence": {"page": 1, "quote": "Invoice no. DE-2026-00001"},
     "issue_date": None,
     "due_date": None,
     "currency": "EUR",
@@ -55,14 +59,18 @@ INVOICE = {
             "quantity": "2",
             "unit_price": "420.00",
             "amount": "840.00",
-            "evidence": "Pallet transport  2  420.00  840.00 EUR",
+            "evidence": {"page": 1, "quote": "Pallet transport  2  420.00  840.00 EUR"},
         }
     ],
     "subtotal": "840.00",
-    "subtotal_evidence": "Subtotal 840.00 EUR",
-    "tax": {"rate_percent": "19.0", "amount": "159.60", "evidence": "VAT 19.0% 159.60 EUR"},
+    "subtotal_evidence": {"page": 1, "quote": "Subtotal 840.00 EUR"},
+    "tax": {
+        "rate_percent": "19.0",
+        "amount": "159.60",
+        "evidence": {"page": 1, "quote": "VAT 19.0% 159.60 EUR"},
+    },
     "total": "999.60",
-    "total_evidence": "Total due 999.60 EUR",
+    "total_evidence": {"page": 1, "quote": "Total due 999.60 EUR"},
 }
 
 

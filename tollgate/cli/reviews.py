@@ -142,7 +142,8 @@ def _print_review(view: ReviewView) -> None:
         _line(f"  {item.field}: {item.value}")
         _line(f"    quote   {json.dumps(item.quote) if item.quote is not None else '(none given)'} ({where})")
         if item.context is not None:
-            _line(f"    context {json.dumps(item.context)}")
+            marked = f"{item.context.before}[[{item.context.text}]]{item.context.after}"
+            _line(f"    context {json.dumps(marked, ensure_ascii=False)}")
     _line("result (version 1, not accepted)")
     _line(json.dumps(view.result, indent=2, sort_keys=True))
     if view.decision is not None:
