@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import secrets
 import shutil
 import threading
@@ -681,3 +682,43 @@ def test_review_metrics_count_each_decision_once_with_its_wait_and_gauge_the_que
     assert metrics.counts[REVIEW_DECISIONS["reject"]] == metrics.counts[REVIEW_DECISIONS["correct"]] == 0
     [waited] = metrics.observed[REVIEW_TIME_TO_DECISION]
     assert (now - start).total_seconds() - 120 < waited <= (now - start).total_seconds()
+
+
+# --- the queue stays an index range ----------------------------------------------------------------------
+
+# Each listing's parameters. extraction_jobs may be read only through an index of waiting jobs (or by key,
+# joined from the queue rows of one reason); the decisions' metrics only through those not yet counted.
+QUEUE_SCANS = {
+    "list_reviews": {"reason": None},
+    "list_reviews_by_reason": {"reason": "total_mismatch"},
+    "list_all_reviews": {"reason": None},
+    "list_all_reviews_by_reason": {"reason": "total_mismatch"},
+    "review_queue_gauges": {},
+    "count_review_decisions": {"now": SystemClock().now(), "limit": 500},
+}
+WAITING_ONLY = {"extraction_jobs_awaiting_review", "extraction_jobs_review_age", "extraction_jobs_pkey"}
+
+
+@pytest.mark.parametrize("name", QUEUE_SCANS)
+def test_each_review_listing_reads_jobs_only_through_indexes_of_what_waits(name, tenant, clean_db):
+    """With sequential scans priced out, no listing may read the jobs table but through a partial index of
+    waiting jobs (or by key): its cost follows the queue, not every job ever run."""
+    from tollgate.db import load_queries
+
+    params = {"tenant_id": tenant.tenant_id, "after_waiting_since": None, "after_job_id": None, "limit": 21}
+    sql = getattr(load_queries(), name)
+    with psycopg.connect(clean_db) as conn:
+        conn.execute("SET enable_seqscan = off")
+        rows = conn.execute("EXPLAIN " + sql, {**params, **QUEUE_SCANS[name]}).fetchall()
+    plan = "\n".join(row[0] for row in rows)
+
+    job_indexes = set(re.findall(r"Index (?:Only )?Scan using (\w+) on extraction_jobs", plan))
+    assert "Seq Scan" not in plan, plan
+    if name == "count_review_decisions":
+        assert " review_decisions_uncounted " in plan, plan
+    elif QUEUE_SCANS[name].get("reason"):
+        # By key from the reason's queue rows, or through the waiting jobs: never the whole table.
+        assert job_indexes and job_indexes <= WAITING_ONLY, plan
+        assert "using review_queue" in plan, plan
+    else:
+        assert job_indexes and job_indexes <= WAITING_ONLY - {"extraction_jobs_pkey"}, plan
