@@ -10,11 +10,13 @@
 //   $ref is refused, since inlining it would not end;
 // - anyOf and oneOf are alternatives; a list of types is one alternative per type, each with its constraints;
 //   `{}` / `true` is any JSON value;
-// - objects: every property, in the order of `required` (pydantic's declaration order: the worker's schema
-//   text has sorted keys, which would have the model write `amount` before `description`), then the others;
-//   an optional property is still always generated (listed as dropped). Extra keys are never generated when
-//   there are properties (a narrower language: every output still satisfies the schema); without properties,
-//   additionalProperties gives the values' schema;
+// - objects: every property, in the order of `properties` as sent, required ones first, as llama.cpp's own
+//   converter orders them (the worker's schema text has sorted keys, so that is alphabetical). Declaration
+//   order was tried and is worse for this model: with `supplier` first it wrote `"supplier": null` for each
+//   of three invoices, and filled it when it came after the amounts. An optional property is always
+//   generated (listed as dropped). Extra keys are never generated when there are properties (a narrower
+//   language: every output still satisfies the schema); without properties, additionalProperties gives the
+//   values' schema;
 // - arrays: items with minItems/maxItems; prefixItems as a tuple;
 // - strings: minLength/maxLength, format "date", and `pattern` for a regular-expression subset (literals, `.`,
 //   classes, \d \w \s, groups, alternation, ? * + {n} {n,} {n,m}); an unanchored pattern may have any text
@@ -225,7 +227,8 @@ class Generator {
     object(node, path, refStack) {
         const properties = node.properties ?? {};
         const required = Array.isArray(node.required) ? node.required.filter((name) => Object.hasOwn(properties, name)) : [];
-        const order = [...new Set([...required, ...Object.keys(properties)])];
+        const names = Object.keys(properties);
+        const order = [...names.filter((name) => required.includes(name)), ...names.filter((name) => !required.includes(name))];
         if (order.length === 0) {
             const extra = node.additionalProperties;
             if (extra === undefined || extra === true)
