@@ -492,6 +492,10 @@ def document_row(measured: Measured, comparison_mismatches: Sequence[str], cell:
             for a in measured.attempts
         ],
         "wall_s": measured.wall_s,
+        # What the model wrote on the documents it got wrong: the mismatches name the fields, this the values.
+        "extraction": measured.invoice.model_dump(mode="json")
+        if measured.invoice is not None and comparison_mismatches
+        else None,
         "last_error": measured.last_error,
         "stored_result_invalid": measured.stored_result_invalid,
     }

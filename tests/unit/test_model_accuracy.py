@@ -54,7 +54,9 @@ def test_rates_are_shares_of_their_own_denominators():
     assert table["documents"] == 14
     assert table["cells"][WRONG_SILENT] == table["silently_wrong"] == 1
     assert table["caught_rate"] == 3 / 4, "of the wrong extractions, how many review caught"
-    assert table["needless_review_rate"] == 2 / 8, "of correct extractions that should pass, how many went to review"
+    assert table["needless_review_rate"] == 2 / 8, (
+        "of correct extractions that should pass, how many went to review"
+    )
     assert table["silently_wrong_rate"] == 1 / 14
     assert table["failed"] == 1
     assert list(table["cells"]) == list(CELLS)
