@@ -458,11 +458,16 @@ async def run_sample(env: Environment, config: Config, sample: SampleInvoice) ->
 
 
 async def run_samples(
-    env: Environment, config: Config, samples: Sequence[SampleInvoice], console: Console
+    env: Environment, config: Config, samples: Sequence[SampleInvoice], server: ModelServer, console: Console
 ) -> list[Measured]:
     """One after another, in one event loop: the worker's async OpenAI client is bound to its loop."""
     measured = []
     for index, sample in enumerate(samples, 1):
+        # A dead server would turn every remaining sample into a failed job; stop and show why instead.
+        if server.process.poll() is not None:
+            raise RuntimeError(
+                f"the model server exited ({server.process.returncode}):\n{_log_tail(server.log_path)}"
+            )
         item = await run_sample(env, config, sample)
         measured.append(item)
         calls = ", ".join(f"{a['outcome']} {(a['latency_ms'] or 0) / 1000:.1f} s" for a in item.attempts)
@@ -549,7 +554,7 @@ def run(config: Config, console: Console) -> dict[str, Any]:
             console.print(
                 f"{len(samples)} samples ({kinds}); the worker sends {env.structured_output['worker_sends']}"
             )
-            measured = asyncio.run(run_samples(env, config, samples, console))
+            measured = asyncio.run(run_samples(env, config, samples, server, console))
             structured = env.structured_output
         served = server.stats()
     summary = summarize(measured, policy)

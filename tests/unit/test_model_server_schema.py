@@ -237,3 +237,15 @@ def test_no_schema_means_any_json_object():
     converted = convert(None)
     assert converted["dropped"] == []
     assert "root ::= object " in converted["grammar"]
+
+
+def test_a_page_number_as_pydantic_writes_it_is_a_positive_integer():
+    # Evidence pages are 1-based: Field(ge=1) gives minimum 1, Field(gt=0) exclusiveMinimum 0.
+    for bound in ({"minimum": 1}, {"exclusiveMinimum": 0}):
+        converted = convert({"type": "integer", **bound})
+        assert converted["dropped"] == []
+        language = grammar_regex(converted["grammar"])
+        assert language.fullmatch("12\n\n\n\n")
+        assert not language.fullmatch("0\n\n\n\n")
+        assert not language.fullmatch("-3\n\n\n\n")
+    assert convert({"type": "integer", "minimum": 5})["dropped"] == [{"path": "$", "keyword": "minimum"}]

@@ -21,7 +21,8 @@
 // - strings: minLength/maxLength, format "date", and `pattern` for a regular-expression subset (literals, `.`,
 //   classes, \d \w \s, groups, alternation, ? * + {n} {n,} {n,m}); an unanchored pattern may have any text
 //   around it. A pattern outside the subset (lookaround, backreferences) is dropped and listed;
-// - integers: minimum 0 or 1 (no sign; no leading zero); numbers as JSON numbers; other bounds are listed;
+// - integers: minimum 0 or 1, or exclusiveMinimum -1 or 0 (no sign; no leading zero); numbers as JSON
+//   numbers; other bounds are listed;
 // - const and enum as literals.
 // Whitespace between tokens is at most one space and never a newline: the same JSON in fewer tokens.
 // Annotations (title, description, default, examples) carry no constraint and are left out silently.
@@ -295,10 +296,13 @@ class Generator {
     }
 
     integer(node, path, keep) {
-        const minimum = typeof node.minimum === "number" ? node.minimum : null;
-        if (minimum === 0 || minimum === 1) {
-            keep("type", "minimum");
-            return minimum === 0 ? this.named("non-negative", '"0" | [1-9] [0-9]{0,15}') : this.named("positive", "[1-9] [0-9]{0,15}");
+        // pydantic writes ge=1 as minimum 1 and gt=0 as exclusiveMinimum 0: both are "positive".
+        const bound = typeof node.minimum === "number" ? ["minimum", node.minimum]
+            : typeof node.exclusiveMinimum === "number" ? ["exclusiveMinimum", node.exclusiveMinimum + 1]
+                : null;
+        if (bound !== null && (bound[1] === 0 || bound[1] === 1)) {
+            keep("type", bound[0]);
+            return bound[1] === 0 ? this.named("non-negative", '"0" | [1-9] [0-9]{0,15}') : this.named("positive", "[1-9] [0-9]{0,15}");
         }
         keep("type");
         return "integer";
