@@ -363,6 +363,8 @@ const server = createServer(async (req, res) => {
 function stop() {
     server.close();
     server.closeAllConnections();
+    // Freeing the engine can take seconds after an aborted generation; the OS frees it as well.
+    setTimeout(() => process.exit(0), 3000).unref();
     llama.dispose().finally(() => process.exit(0));
 }
 process.on("SIGTERM", stop);
