@@ -116,11 +116,13 @@ WorkerTuning = _settings_section(
         "provider_requests_per_minute",
         "provider_tokens_per_minute",
         "provider_max_in_flight",
+        "provider_structured_output",
         "drain_seconds",
     ),
 )
-"""The worker's models, prices, slots, leases and provider budget: fields of ``WorkerSettings`` that need no
-resource. Not ``max_output_tokens``: the worker takes the API's (``jobs``), which acceptance used."""
+"""The worker's models, prices, slots, leases, provider budget and what structured output the provider takes:
+fields of ``WorkerSettings`` that need no resource. Not ``max_output_tokens``: the worker takes the API's
+(``jobs``), which acceptance used."""
 
 WebhookLimits = _settings_section(
     "WebhookLimits",

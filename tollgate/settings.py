@@ -13,6 +13,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tollgate.execution.llm.output import StructuredOutput
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # A checkout keeps the migrations at its top; the wheel carries them inside the package (pyproject's
 # force-include), so an installed `tollgate db migrate` finds them without a checkout.
@@ -230,6 +232,12 @@ class LimiterSettings(BaseSettings):
     provider_requests_per_minute: float = Field(default=500, gt=0, description="Budget: requests per minute.")
     provider_tokens_per_minute: float = Field(default=200_000, gt=0, description="Budget: tokens per minute.")
     provider_max_in_flight: int = Field(default=50, ge=1, description="Budget: calls in flight at once.")
+    provider_structured_output: StructuredOutput = Field(
+        default=StructuredOutput.JSON_SCHEMA,
+        description="What the pool's provider takes: `json_schema` (OpenAI), `json_object` with a schema "
+        "(llama.cpp-style servers) or `prompt` (the schema in the prompt only). Every answer is parsed "
+        "strictly: one JSON object, nothing around it.",
+    )
     limiter_table: str | None = Field(
         default=None,
         description="DynamoDB table of the shared budget; unset means a per-process budget (local only).",

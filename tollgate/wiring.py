@@ -176,7 +176,7 @@ def build_execution(
         # the SDK insists on a string, and such servers ignore it.
         api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "none"
         client = openai.AsyncOpenAI(api_key=api_key, base_url=settings.openai_base_url, max_retries=0)
-        llm = OpenAIExtractor(client, clock)
+        llm = OpenAIExtractor(client, clock, settings.provider_structured_output)
     return ExecutionDeps(
         db=db,
         documents=S3DocumentStore(boto3.client("s3"), settings.documents_bucket),

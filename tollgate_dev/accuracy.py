@@ -2,7 +2,7 @@
 
 Values are compared as a reader would judge them: money, quantities and rates as decimals, text with its
 whitespace collapsed, nulls equal to nulls. Evidence spans are not compared to the truth's (two faithful
-readers may quote different spans); whether they occur in the document is counted separately. Line items
+readers may quote different spans); whether they resolve to their page is counted separately. Line items
 are compared by position: a skipped line misaligns the ones after it, as it would in a ledger.
 """
 
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from tollgate.execution.extraction.evidence import resolve_evidence
 from tollgate.execution.extraction.schema import Invoice, LineItem
 
 DOCUMENT_FIELDS = (
@@ -93,18 +94,6 @@ class Comparison:
         return not self.mismatches
 
 
-def evidence_spans(invoice: Invoice) -> list[str]:
-    spans = [
-        invoice.supplier.evidence if invoice.supplier else None,
-        invoice.invoice_number_evidence,
-        invoice.subtotal_evidence,
-        invoice.tax.evidence,
-        invoice.total_evidence,
-        *(line.evidence for line in invoice.line_items),
-    ]
-    return [span for span in spans if span is not None]
-
-
 def compare_invoice(
     extracted: Invoice | None, truth: Invoice, pages: Iterable[str] | None = None
 ) -> Comparison:
@@ -131,10 +120,9 @@ def compare_invoice(
             mismatches.append(name)
     evidence = FieldScore()
     if pages is not None and extracted is not None:
-        # Resolved as the validation policy resolves evidence: whitespace runs count as one space.
-        text = _text("\n".join(pages)) or ""
-        spans = evidence_spans(extracted)
-        evidence = FieldScore(sum(1 for s in spans if (_text(s) or "") in text), len(spans))
+        # Resolved as the validation policy resolves evidence: on its page, whitespace runs as one space.
+        resolved = resolve_evidence(extracted, tuple(pages)).values()
+        evidence = FieldScore(sum(1 for r in resolved if r.span is not None), len(resolved))
     return Comparison(scores, tuple(mismatches), evidence)
 
 

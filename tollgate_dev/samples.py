@@ -8,6 +8,7 @@ be measured against any model, simulated or real.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
@@ -273,15 +274,20 @@ class LineItem:
 
 @dataclass(frozen=True)
 class PrintedSpans:
-    """The exact text each extracted field is read from: a line (or wrapped lines) of one page, outer
-    whitespace stripped. Every span is a substring of the page it is on."""
+    """The evidence for each extracted field: its page and the text it is read from there (a line, part
+    of one, or wrapped lines), outer whitespace stripped. Every quote resolves to its page the way the
+    validation policy resolves evidence (whitespace runs as one space)."""
 
-    supplier: str
-    invoice_number: str
-    lines: tuple[str, ...]
-    subtotal: str
-    tax: str
-    total: str
+    supplier: schema.Evidence
+    invoice_number: schema.Evidence
+    issue_date: schema.Evidence
+    due_date: schema.Evidence
+    currency: schema.Evidence
+    iban: schema.Evidence | None
+    lines: tuple[schema.Evidence, ...]
+    subtotal: schema.Evidence
+    tax: schema.Evidence
+    total: schema.Evidence
 
 
 @dataclass(frozen=True)
@@ -412,9 +418,9 @@ class _Renderer:
         issued = _date_text(inv.issue_date, profile.date_style)
         due = _date_text(inv.due_date, profile.date_style)
         dates = (
-            [_Block([f"Invoice date: {issued}"]), _Block([f"Due date: {due}"])]
+            [_Block([f"Invoice date: {issued}"], "issue_date"), _Block([f"Due date: {due}"], "due_date")]
             if profile.due_on_own_line
-            else [_Block([f"Invoice date: {issued}    Due: {due}"])]
+            else [_Block([f"Invoice date: {issued}    Due: {due}"], "dates")]
         )
         return [
             _Block([inv.supplier], "supplier"),
@@ -443,7 +449,7 @@ class _Renderer:
         ]
         if inv.iban:
             grouped = " ".join(inv.iban[i : i + 4] for i in range(0, len(inv.iban), 4))
-            blocks.append(_Block([f"IBAN {grouped}"]))
+            blocks.append(_Block([f"IBAN {grouped}"], "iban"))
         blocks.append(_Block(["Thank you for your business."]))
         return blocks
 
@@ -507,15 +513,29 @@ def _row_description(invoice: SampleInvoice, block: _Block) -> str:
 
 def _assemble(invoice: SampleInvoice, pages: list[list[_Block]]) -> tuple[tuple[str, ...], PrintedSpans]:
     texts: list[str] = []
-    spans: dict[str, str] = {}
-    for page in pages:
+    spans: dict[str, schema.Evidence] = {}
+    for number, page in enumerate(pages, start=1):
         texts.append("\n".join(line for block in page for line in block.lines))
         for block in page:
             if block.key:
-                spans[block.key] = "\n".join(block.lines).strip()
+                spans[block.key] = schema.Evidence(page=number, quote="\n".join(block.lines).strip())
+    if "dates" in spans:
+        # Both dates on one line: each is read from its own label and value.
+        dates = spans.pop("dates")
+        issued, due = re.split(r"\s+(?=Due:)", dates.quote, maxsplit=1)
+        spans["issue_date"] = schema.Evidence(page=dates.page, quote=issued)
+        spans["due_date"] = schema.Evidence(page=dates.page, quote=due)
+    for key in ("issue_date", "due_date"):
+        # A label and its date, quoted as a reader reads them: spacing collapsed.
+        spans[key] = schema.Evidence(page=spans[key].page, quote=" ".join(spans[key].quote.split()))
     printed = PrintedSpans(
         supplier=spans["supplier"],
         invoice_number=spans["invoice_number"],
+        issue_date=spans["issue_date"],
+        due_date=spans["due_date"],
+        # The total line names the currency, before or after the amount.
+        currency=spans["total"],
+        iban=spans.get("iban"),
         lines=tuple(spans[f"line:{i}"] for i in range(len(invoice.lines))),
         subtotal=spans["subtotal"],
         tax=spans["tax"],
@@ -606,9 +626,13 @@ def expected_invoice(sample: SampleInvoice) -> schema.Invoice:
         invoice_number=sample.invoice_number,
         invoice_number_evidence=spans.invoice_number,
         issue_date=sample.issue_date.isoformat(),
+        issue_date_evidence=spans.issue_date,
         due_date=sample.due_date.isoformat(),
+        due_date_evidence=spans.due_date,
         currency=sample.currency,
+        currency_evidence=spans.currency,
         iban=sample.iban or None,
+        iban_evidence=spans.iban if sample.iban else None,
         line_items=[
             schema.LineItem(
                 description=line.description,

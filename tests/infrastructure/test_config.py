@@ -140,6 +140,31 @@ def test_structured_settings_render_as_json_the_models_read_back(monkeypatch: py
     assert settings.model_prices == {"gpt-4.1-mini": (0.5, 2.0)}
 
 
+@pytest.mark.parametrize("mode", ["json_schema", "json_object", "prompt"])
+def test_a_stage_names_its_providers_structured_output_and_the_worker_reads_it_back(
+    monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    config = StageConfig.from_context(
+        {"stage": "dev", "stages": {"dev": {"worker": {"provider_structured_output": mode}}}}
+    )
+    monkeypatch.setenv(
+        "PROVIDER_STRUCTURED_OUTPUT", settings_environment(config.worker)["PROVIDER_STRUCTURED_OUTPUT"]
+    )
+
+    settings = WorkerSettings(
+        jobs_queue_url="q", documents_bucket="b", database_url="postgresql://x", openai_api_key="k"
+    )
+
+    assert settings.provider_structured_output == mode
+
+
+def test_a_structured_output_the_worker_does_not_know_is_rejected_at_synth() -> None:
+    with pytest.raises(ValidationError, match="provider_structured_output"):
+        StageConfig.from_context(
+            {"stage": "dev", "stages": {"dev": {"worker": {"provider_structured_output": "grammar"}}}}
+        )
+
+
 @pytest.mark.parametrize(("cpu", "memory"), [(256, 4096), (512, 512), (1024, 1536), (300, 1024)])
 def test_a_task_size_fargate_does_not_offer_is_rejected(cpu: int, memory: int) -> None:
     with pytest.raises(ValidationError, match="Fargate has no task size"):

@@ -356,3 +356,13 @@ def test_the_provider_budget_table_is_shared_by_every_task(worker_template):
         v["Name"]: v["Value"] for v in task["Properties"]["ContainerDefinitions"][0]["Environment"]
     }
     assert "LIMITER_TABLE" in environment
+
+
+def test_the_provider_pools_structured_output_comes_from_the_stage(
+    worker_template: Template, config: StageConfig
+) -> None:
+    environment = {
+        variable["Name"]: variable["Value"] for variable in _container(worker_template)["Environment"]
+    }
+
+    assert environment["PROVIDER_STRUCTURED_OUTPUT"] == config.worker.provider_structured_output.value

@@ -31,6 +31,7 @@ pytestmark = pytest.mark.integration
 
 TEXT = """Nordwind Logistik GmbH
 Invoice no. DE-2026-00001
+Invoice date: 2026-03-01
 Pallet transport  2  420.00  840.00 EUR
 Subtotal 840.00 EUR
 VAT 19.0% 159.60 EUR
@@ -38,32 +39,49 @@ Total due 999.60 EUR
 IBAN DE89370400440532013000"""
 
 
+# An invoice whose printed total does not add up: a faithful extraction of it fails only the arithmetic.
+MISPRINTED = TEXT.replace("Total due 999.60 EUR", "Total due 999.70 EUR")
+
+
+def _on_page(quote: str) -> dict[str, object]:
+    return {"page": 1, "quote": quote}
+
+
 def extraction(**changes) -> Invoice:
     data = {
-        "supplier": {"name": "Nordwind Logistik GmbH", "evidence": "Nordwind Logistik GmbH"},
+        "supplier": {"name": "Nordwind Logistik GmbH", "evidence": _on_page("Nordwind Logistik GmbH")},
         "invoice_number": "DE-2026-00001",
-        "invoice_number_evidence": "Invoice no. DE-2026-00001",
-        "issue_date": None,
+        "invoice_number_evidence": _on_page("Invoice no. DE-2026-00001"),
+        "issue_date": "2026-03-01",
+        "issue_date_evidence": _on_page("Invoice date: 2026-03-01"),
         "due_date": None,
+        "due_date_evidence": None,
         "currency": "EUR",
+        "currency_evidence": _on_page("Total due 999.60 EUR"),
         "iban": "DE89370400440532013000",
+        "iban_evidence": _on_page("IBAN DE89370400440532013000"),
         "line_items": [
             {
                 "description": "Pallet transport",
                 "quantity": "2",
                 "unit_price": "420.00",
                 "amount": "840.00",
-                "evidence": "Pallet transport  2  420.00  840.00 EUR",
+                "evidence": _on_page("Pallet transport  2  420.00  840.00 EUR"),
             },
         ],
         "subtotal": "840.00",
-        "subtotal_evidence": "Subtotal 840.00 EUR",
-        "tax": {"rate_percent": "19.0", "amount": "159.60", "evidence": "VAT 19.0% 159.60 EUR"},
+        "subtotal_evidence": _on_page("Subtotal 840.00 EUR"),
+        "tax": {"rate_percent": "19.0", "amount": "159.60", "evidence": _on_page("VAT 19.0% 159.60 EUR")},
         "total": "999.60",
-        "total_evidence": "Total due 999.60 EUR",
+        "total_evidence": _on_page("Total due 999.60 EUR"),
     }
     data.update(changes)
     return Invoice.model_validate(data)
+
+
+def misprinted_extraction() -> Invoice:
+    printed = _on_page("Total due 999.70 EUR")
+    return extraction(total="999.70", total_evidence=printed, currency_evidence=printed)
 
 
 class ScriptedLlm:
@@ -208,7 +226,7 @@ def test_a_valid_extraction_succeeds_with_result_attempt_record_and_event(
     [(result, reasons, policy)] = rows(
         clean_db, "SELECT result, review_reasons, policy_version FROM extraction_results"
     )
-    assert result["total"] == "999.60" and reasons == [] and policy == "validation.v1"
+    assert result["total"] == "999.60" and reasons == [] and policy == "validation.v2"
     assert rows(clean_db, "SELECT event_type FROM outbox_events ORDER BY created_at")[-1] == (
         "extraction.completed.v1",
     )
@@ -219,8 +237,8 @@ def test_a_valid_extraction_succeeds_with_result_attempt_record_and_event(
 
 
 def test_a_failed_validation_goes_to_review_with_reasons(supplier_tenant, system_db, clean_db):
-    job_id = supplier_tenant.client.submit(invoice_request(TEXT), "k").json["job_id"]
-    deps = make_deps(system_db, ScriptedLlm(ok(extraction(total="999.70"))))
+    job_id = supplier_tenant.client.submit(invoice_request(MISPRINTED), "k").json["job_id"]
+    deps = make_deps(system_db, ScriptedLlm(ok(misprinted_extraction())))
 
     report = asyncio.run(run_attempt(deps, claim(deps)))
 

@@ -1,6 +1,7 @@
 """Executing jobs against the simulated provider over real HTTP: faults end in the right state with the
 right attempt history, a worker killed after the provider answered loses nothing and duplicates nothing,
-and a prompt injection is extracted as data."""
+a prompt injection is extracted as data, and every structured-output mode of a provider pool runs a job
+through, with a prompt-only model's dressed answer retried and a refused format named in the job's error."""
 
 from __future__ import annotations
 
@@ -24,7 +25,10 @@ from tollgate.core.clock import FakeClock, SystemClock, new_id
 from tollgate.core.metrics import RecordedMetrics
 from tollgate.core.retry import RetryPolicy
 from tollgate.execution.attempt import AttemptEnd, run_attempt
+from tollgate.execution.limiter import Denied, Reservation
+from tollgate.execution.limiter.local import InProcessLimiter
 from tollgate.execution.llm.client import OpenAIExtractor
+from tollgate.execution.llm.output import StructuredOutput
 from tollgate.scheduler.tick import SchedulerDeps, run_scheduler
 from tollgate.tenants.suppliers import add_supplier
 from tollgate_dev.local.aws import create_jobs_queues
@@ -67,14 +71,22 @@ ANSWER_TIMEOUT_SECONDS = 60.0
 TIMED_OUT_SECONDS = 1.0
 
 
-def over_http(system_db, simulator, clock=None, timeout_seconds=ANSWER_TIMEOUT_SECONDS):
+def over_http(
+    system_db,
+    simulator,
+    clock=None,
+    timeout_seconds=ANSWER_TIMEOUT_SECONDS,
+    mode=StructuredOutput.JSON_SCHEMA,
+    **overrides,
+):
     clock = clock or SystemClock()
     client = openai.AsyncOpenAI(base_url=simulator.base_url, api_key="simulated", max_retries=0)
     return make_deps(
         system_db,
-        OpenAIExtractor(client, clock),
+        OpenAIExtractor(client, clock, mode),
         clock=clock,
         retry_policy=RetryPolicy(base_seconds=2, cap_seconds=60, attempt_timeout_seconds=timeout_seconds),
+        **overrides,
     )
 
 
@@ -279,3 +291,154 @@ def test_a_worker_killed_between_the_inbox_commit_and_the_sqs_delete_records_the
 
     assert again.outcomes[IngressOutcome.DUPLICATE] == 1
     assert rows(clean_db, "SELECT count(*) FROM execution_inbox") == [(1,)]
+
+
+# -- the provider pool's structured-output capability ---------------------------------------------------
+
+# What the simulator sees of each mode's request: its response_format type ("none" without one).
+SENT_FORMAT = {
+    StructuredOutput.JSON_SCHEMA: "json_schema",
+    StructuredOutput.JSON_OBJECT: "json_object",
+    StructuredOutput.PROMPT: "none",
+}
+
+
+def formats_sent(simulator, before):
+    after = simulator.stats.response_formats
+    return {kind: after[kind] - before.get(kind, 0) for kind in after if after[kind] != before.get(kind, 0)}
+
+
+@pytest.mark.parametrize("mode", list(StructuredOutput))
+def test_a_job_succeeds_in_every_structured_output_mode(known_tenant, system_db, simulator, clean_db, mode):
+    job_id, invoice = submit_sample(known_tenant)
+    deps = over_http(system_db, simulator, mode=mode)
+    before = simulator.stats.response_formats
+
+    report = asyncio.run(run_attempt(deps, claim(deps)))
+
+    assert report.end is AttemptEnd.SUCCEEDED, report.reasons
+    assert formats_sent(simulator, before) == {SENT_FORMAT[mode]: 1}
+    assert job_row(clean_db, job_id)["state"] == "SUCCEEDED"
+    [(total,)] = rows(clean_db, "SELECT result->>'total' FROM extraction_results")
+    assert total == f"{invoice.total:.2f}"
+
+
+@pytest.mark.parametrize(
+    ("habit", "named"),
+    [
+        (Fault.CODE_FENCE, "wrapped in a code fence"),
+        (Fault.LEADING_PROSE, "text before the JSON object"),
+        (Fault.TRAILING_PROSE, "text after the JSON object"),
+    ],
+)
+def test_in_prompt_mode_a_dressed_answer_is_invalid_output_and_the_retry_succeeds(
+    known_tenant, system_db, simulator, clean_db, habit, named
+):
+    job_id, _ = submit_sample(known_tenant)
+    clock = FakeClock(SystemClock().now())
+    simulator.queue_fault(habit)
+    deps = over_http(system_db, simulator, clock, mode=StructuredOutput.PROMPT)
+
+    (first, after_first), (second, after_second) = attempts(deps, job_id, 2, clock)
+
+    assert (first.end, second.end) == (AttemptEnd.RETRY_SCHEDULED, AttemptEnd.SUCCEEDED)
+    assert after_first["last_error"]["outcome"] == "invalid_output"
+    assert named in after_first["last_error"]["detail"]
+    assert after_second["state"] == "SUCCEEDED"
+    assert rows(clean_db, "SELECT attempt, outcome FROM job_attempts ORDER BY attempt") == [
+        (1, "invalid_output"),
+        (2, "ok"),
+    ]
+    assert rows(clean_db, "SELECT count(*) FROM extraction_results") == [(1,)]
+
+
+def llama_cpp_like():
+    """A server that takes json_object with a schema, and refuses OpenAI's json_schema."""
+    return SimulatedProvider(
+        SimulatorConfig(
+            requests_per_minute=None, tokens_per_minute=None, supported_formats=frozenset({"json_object"})
+        )
+    )
+
+
+def test_a_pool_set_to_a_format_its_provider_refuses_pauses_with_the_format_named_in_the_job_error(
+    known_tenant, system_db, clean_db
+):
+    job_id, _ = submit_sample(known_tenant)
+    clock = FakeClock(SystemClock().now())
+    limiter = InProcessLimiter(clock, requests_per_minute=1000, tokens_per_minute=10**8, max_in_flight=10)
+    with llama_cpp_like() as server:
+        deps = over_http(system_db, server, clock, mode=StructuredOutput.JSON_SCHEMA, limiter=limiter)
+
+        [(report, job)] = attempts(deps, job_id, 1)
+
+        assert server.stats.unsupported_formats == 1
+    assert report.end is AttemptEnd.RETRY_SCHEDULED, "the pool's configuration is not the job's fault"
+    error = job["last_error"]
+    assert error["outcome"] == "provider_format_unsupported"
+    assert "PROVIDER_STRUCTURED_OUTPUT=json_schema" in error["detail"]
+    assert "'response_format' of type 'json_schema' is not supported" in error["detail"]
+    paused = limiter.try_acquire(Reservation("test", 100))
+    assert isinstance(paused, Denied) and paused.reason == "cooldown", "every worker of the pool waits"
+
+
+def test_a_job_the_misconfigured_pool_never_served_fails_after_its_attempts_with_the_format_named(
+    known_tenant, system_db, clean_db
+):
+    job_id, _ = submit_sample(known_tenant)
+    clock = FakeClock(SystemClock().now())
+    limiter = InProcessLimiter(clock, requests_per_minute=1000, tokens_per_minute=10**8, max_in_flight=10)
+    with llama_cpp_like() as server:
+        deps = over_http(system_db, server, clock, mode=StructuredOutput.JSON_SCHEMA, limiter=limiter)
+
+        results = attempts(deps, job_id, 5, clock)
+
+    ends = [report.end for report, _ in results]
+    assert ends == [AttemptEnd.RETRY_SCHEDULED] * 4 + [AttemptEnd.FAILED_TERMINAL]
+    error = results[-1][1]["last_error"]
+    assert error["reason"] == "attempts_exhausted"
+    assert error["outcome"] == "provider_format_unsupported"
+    assert "PROVIDER_STRUCTURED_OUTPUT=json_schema" in error["detail"]
+
+
+def test_the_same_server_serves_a_pool_set_to_json_object(known_tenant, system_db, clean_db):
+    job_id, _ = submit_sample(known_tenant)
+    with llama_cpp_like() as server:
+        deps = over_http(system_db, server, mode=StructuredOutput.JSON_OBJECT)
+
+        report = asyncio.run(run_attempt(deps, claim(deps)))
+
+        assert server.stats.response_formats == {"json_object": 1}
+    assert report.end is AttemptEnd.SUCCEEDED, report.reasons
+    assert job_row(clean_db, job_id)["state"] == "SUCCEEDED"
+
+
+def test_the_workers_build_passes_the_pools_setting_to_the_client(
+    known_tenant, system_db, simulator, clean_db
+):
+    from tollgate.settings import WorkerSettings
+    from tollgate.wiring import build_execution
+
+    job_id, _ = submit_sample(known_tenant)
+    settings = WorkerSettings(
+        database_url="postgresql://unused",
+        jobs_queue_url="unused",
+        documents_bucket=LOCAL_BUCKET,
+        openai_base_url=simulator.base_url,
+        openai_api_key="simulated",
+        provider_structured_output="prompt",
+        deployed_stage=None,
+        limiter_table=None,
+        relay_function_name=None,
+    )
+    limiter = InProcessLimiter(
+        SystemClock(), requests_per_minute=1000, tokens_per_minute=10**8, max_in_flight=10
+    )
+    deps = build_execution(settings, system_db, limiter=limiter)
+    before = simulator.stats.response_formats
+
+    report = asyncio.run(run_attempt(deps, claim(deps)))
+
+    assert report.end is AttemptEnd.SUCCEEDED, report.reasons
+    assert formats_sent(simulator, before) == {"none": 1}, "prompt mode: no response_format"
+    assert job_row(clean_db, job_id)["state"] == "SUCCEEDED"

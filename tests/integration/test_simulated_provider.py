@@ -74,9 +74,8 @@ def complete(client: OpenAI, max_completion_tokens: int = 2000, **options):
     return client.chat.completions.create(
         model="gpt-sim",
         messages=MESSAGES,
-        response_format=response_format(),
         max_completion_tokens=max_completion_tokens,
-        **options,
+        **{"response_format": response_format(), **options},
     )
 
 
@@ -329,3 +328,101 @@ def test_stop_returns_promptly_with_idle_keep_alive_connections_open(simulator):
     done = threading.Event()
     threading.Thread(target=lambda: (provider.stop(), done.set()), daemon=True).start()
     assert done.wait(timeout=PROMPT_STOP_SECONDS), "stop() never returned with a keep-alive connection open"
+
+
+# -- answering according to the request's response format -----------------------------------------------
+
+JSON_OBJECT = {"type": "json_object", "schema": response_format()["json_schema"]["schema"]}
+
+
+def prompt_only(client: OpenAI, **options):
+    """A request without a response_format, as a prompt-only pool sends it."""
+    return client.chat.completions.create(
+        model="gpt-sim", messages=MESSAGES, max_completion_tokens=4000, **options
+    )
+
+
+def test_a_json_object_request_with_a_schema_gets_bare_json(simulator):
+    provider, client = simulator()
+    completion = complete(client, response_format=JSON_OBJECT)
+    assert Invoice.model_validate_json(completion.choices[0].message.content) == expected_invoice(SAMPLE)
+    assert provider.stats.response_formats == {"json_object": 1}
+
+
+def test_a_request_without_a_format_gets_the_json_and_only_the_json_by_default(simulator):
+    provider, client = simulator()
+    content = prompt_only(client).choices[0].message.content
+    assert content.startswith("{") and content.endswith("}")
+    assert Invoice.model_validate_json(content) == expected_invoice(SAMPLE)
+    assert provider.stats.response_formats == {"none": 1}
+
+
+@pytest.mark.parametrize(
+    ("habit", "check"),
+    [
+        ("code_fence", lambda text: text.startswith("```json\n") and text.endswith("\n```")),
+        ("leading_prose", lambda text: text.startswith("Here is") and text.endswith("}")),
+        ("trailing_prose", lambda text: text.startswith("{") and not text.endswith("}")),
+    ],
+)
+def test_a_prompt_only_habit_can_be_queued_and_dresses_the_json(simulator, habit, check):
+    provider, client = simulator()
+    provider.queue_fault(habit)
+    content = prompt_only(client).choices[0].message.content
+    assert check(content)
+    inner = content[content.index("{") : content.rindex("}") + 1]
+    assert Invoice.model_validate_json(inner) == expected_invoice(SAMPLE), "the same answer, dressed"
+    assert provider.stats.faults == {habit: 1}
+
+
+def test_prompt_only_habits_are_drawn_for_unconstrained_requests_only(simulator):
+    provider, client = simulator(prompt_only_rates={"code_fence": 1.0})
+    assert complete(client).choices[0].message.content.startswith("{"), "json_schema: constrained"
+    assert complete(client, response_format=JSON_OBJECT).choices[0].message.content.startswith("{")
+    assert prompt_only(client).choices[0].message.content.startswith("```json")
+    assert provider.stats.faults == {"code_fence": 1}
+
+
+def test_prompt_only_habits_are_reproducible_from_the_seed(simulator):
+    def dressed():
+        _, client = simulator(prompt_only_rates={"code_fence": 0.3, "trailing_prose": 0.3}, seed=11)
+        return [prompt_only(client).choices[0].message.content[:3] for _ in range(12)]
+
+    first = dressed()
+    assert first == dressed()
+    assert {"```", "{\n "} <= set(first)
+
+
+def test_a_server_that_takes_only_json_object_refuses_json_schema_with_a_400(simulator):
+    provider, client = simulator(supported_formats=frozenset({"json_object"}))
+
+    with pytest.raises(openai.BadRequestError) as refused:
+        complete(client)
+
+    assert refused.value.param == "response_format"
+    assert "'json_schema' is not supported" in refused.value.message
+    assert "json_object" in refused.value.message
+    assert complete(client, response_format=JSON_OBJECT).choices[0].finish_reason == "stop"
+    assert prompt_only(client).choices[0].finish_reason == "stop"
+    stats = provider.stats
+    assert (stats.unsupported_formats, stats.completions, stats.requests) == (1, 2, 2)
+
+
+@pytest.mark.parametrize(
+    "response_format",
+    [{"type": "grammar"}, "json", {"type": "json_schema", "json_schema": {"name": "x"}}],
+    ids=["unknown-type", "not-an-object", "json-schema-without-schema"],
+)
+def test_a_malformed_response_format_is_a_400_naming_it(simulator, response_format):
+    provider, client = simulator()
+    with pytest.raises(openai.BadRequestError) as refused:
+        complete(client, response_format=response_format)
+    assert refused.value.param.startswith("response_format")
+    assert provider.stats.requests == 0
+
+
+def test_a_simulator_configured_with_an_unknown_format_or_habit_refuses_to_start():
+    with pytest.raises(ValueError, match="unknown response formats"):
+        SimulatorConfig(supported_formats=frozenset({"json_object", "grammar"}))
+    with pytest.raises(ValueError, match="not a prompt-only habit"):
+        SimulatorConfig(prompt_only_rates={"wrong_schema": 0.5})

@@ -15,7 +15,15 @@ import boto3
 import pytest
 from typer.testing import CliRunner
 
-from tests.integration.test_execution import TEXT, ScriptedLlm, claim, extraction, make_deps, ok
+from tests.integration.test_execution import (
+    MISPRINTED,
+    TEXT,
+    ScriptedLlm,
+    claim,
+    make_deps,
+    misprinted_extraction,
+    ok,
+)
 from tests.integration.test_support import audit, exhaust
 from tests.support import invoice_request, job_row
 from tollgate.cli import support as support_cli
@@ -80,8 +88,8 @@ def review_job(tenant, system_db):
     """A job whose extraction failed validation: REVIEW_REQUIRED with a total_mismatch reason. Ask for it
     before `only_database`: the worker here reads the document from moto."""
     add_supplier(system_db, tenant.tenant_id, "Nordwind Logistik GmbH", "DE89370400440532013000", new_id)
-    job_id = tenant.client.submit(invoice_request(TEXT), "review").json["job_id"]
-    deps = make_deps(system_db, ScriptedLlm(ok(extraction(total="999.70"))))
+    job_id = tenant.client.submit(invoice_request(MISPRINTED), "review").json["job_id"]
+    deps = make_deps(system_db, ScriptedLlm(ok(misprinted_extraction())))
     assert asyncio.run(run_attempt(deps, claim(deps))).end is AttemptEnd.REVIEW_REQUIRED
     return job_id
 

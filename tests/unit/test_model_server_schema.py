@@ -249,3 +249,25 @@ def test_a_page_number_as_pydantic_writes_it_is_a_positive_integer():
         assert not language.fullmatch("0\n\n\n\n")
         assert not language.fullmatch("-3\n\n\n\n")
     assert convert({"type": "integer", "minimum": 5})["dropped"] == [{"path": "$", "keyword": "minimum"}]
+
+
+@pytest.mark.parametrize(
+    "bounds",
+    [
+        {"minimum": 1, "maximum": 1000},  # the invoice schema's page: ge=1, le=MAX_PAGES
+        {"exclusiveMinimum": 0, "exclusiveMaximum": 100},
+        {"minimum": 0, "maximum": 9},
+        {"minimum": 7, "maximum": 7},
+        {"minimum": 99, "maximum": 1200},
+        {"minimum": 250, "maximum": 1999},
+    ],
+)
+def test_an_integer_with_both_bounds_is_exactly_that_range(bounds):
+    converted = convert({"type": "integer", **bounds})
+    assert converted["dropped"] == []
+    language = grammar_regex(converted["grammar"])
+    low = bounds.get("minimum", bounds.get("exclusiveMinimum", -1) + 1)
+    high = bounds.get("maximum", bounds.get("exclusiveMaximum", 0) - 1)
+    for n in range(2500):
+        assert bool(language.fullmatch(f"{n}\n\n\n\n")) == (low <= n <= high), n
+    assert not language.fullmatch(f"0{max(low, 1)}\n\n\n\n"), "no leading zeros"

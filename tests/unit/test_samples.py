@@ -8,7 +8,8 @@ from decimal import Decimal
 
 import pytest
 
-from tollgate.execution.extraction.schema import Invoice
+from tollgate.execution.extraction.evidence import evidence_fields, locate
+from tollgate.execution.extraction.schema import Evidence, Invoice
 from tollgate_dev.samples import (
     CONSISTENT_KINDS,
     INCONSISTENT_TOTAL,
@@ -26,16 +27,8 @@ from tollgate_dev.samples import (
 )
 
 
-def evidence_of(truth: Invoice) -> list[str]:
-    spans = [
-        truth.supplier.evidence,
-        truth.invoice_number_evidence,
-        truth.subtotal_evidence,
-        truth.tax.evidence,
-        truth.total_evidence,
-        *(line.evidence for line in truth.line_items),
-    ]
-    return [s for s in spans if s is not None]
+def evidence_of(truth: Invoice) -> list[tuple[str, Evidence]]:
+    return [(name, e) for name, e in evidence_fields(truth) if e is not None]
 
 
 def test_sample_invoices_add_up_to_the_cent_and_are_reproducible():
@@ -47,7 +40,8 @@ def test_sample_invoices_add_up_to_the_cent_and_are_reproducible():
         if invoice.kind in CONSISTENT_KINDS:
             assert invoice.total == invoice.subtotal + invoice.tax
         assert invoice.spans is not None
-        assert invoice.spans.total in invoice.pages[-1]
+        assert invoice.spans.total.page == len(invoice.pages)
+        assert locate(invoice.spans.total, invoice.pages) is not None
     assert len({i.currency for i in invoices}) >= 3
     assert len({i.tax_rate for i in invoices}) >= 3
     assert any(len(i.pages) > 1 for i in invoices)
@@ -59,12 +53,16 @@ def test_the_default_mix_has_every_kind_and_a_kinds_list_cycles_through_them():
     assert [i.kind for i in cycled] == [*KINDS, *KINDS]
 
 
-def test_every_evidence_span_of_the_ground_truth_is_text_of_a_page():
+def test_every_value_of_the_ground_truth_has_evidence_that_resolves_to_its_page():
     for sample in generate_invoices(200, seed=5, kinds=KINDS):
         truth = expected_invoice(sample)
-        for span in evidence_of(truth):
-            assert any(span in page for page in sample.pages), (sample.kind, span)
-            assert span == span.strip()
+        fields = dict(evidence_of(truth))
+        expected = {"supplier", "invoice_number", "issue_date", "due_date", "currency", "subtotal", "tax"}
+        assert expected | {"total", "iban"} if sample.iban else expected | {"total"} <= set(fields)
+        assert {f"line_items[{i}]" for i in range(len(sample.lines))} <= set(fields)
+        for name, evidence in fields.items():
+            assert locate(evidence, sample.pages) is not None, (sample.kind, name, evidence)
+            assert evidence.quote == evidence.quote.strip()
 
 
 def test_the_ground_truth_is_a_valid_extraction_of_the_printed_values():
@@ -99,23 +97,30 @@ def test_an_injected_instruction_is_printed_but_changes_nothing_in_the_ground_tr
     truth = expected_invoice(sample)
     assert truth.total == f"{sample.subtotal + sample.tax:.2f}" != "0.00"
     assert truth.iban == (sample.iban or None)
-    assert all(sample.injection not in span for span in evidence_of(truth))
+    assert all(sample.injection not in e.quote for _, e in evidence_of(truth))
 
 
 def test_a_multi_page_sample_carries_lines_over_pages_and_ends_with_the_totals():
     sample = generate_invoice(random.Random(4), 4, MULTI_PAGE)
     assert sample.multi_page
     assert sample.spans is not None
-    assert sample.spans.subtotal in sample.pages[-1]
-    assert sample.spans.supplier in sample.pages[0]
-    pages_with_lines = {i for i, page in enumerate(sample.pages) for s in sample.spans.lines if s in page}
+    assert sample.spans.subtotal.page == len(sample.pages) and sample.spans.supplier.page == 1
+    assert sample.spans.subtotal.quote in sample.pages[-1]
+    assert sample.spans.supplier.quote in sample.pages[0]
+    pages_with_lines = {line.page for line in sample.spans.lines}
     assert len(pages_with_lines) >= 2
+    assert all(line.quote in sample.pages[line.page - 1] for line in sample.spans.lines)
 
 
 def test_ocr_noise_shifts_spacing_and_wraps_lines_but_keeps_every_value_readable():
     samples = [generate_invoice(random.Random(seed), seed, OCR_NOISE) for seed in range(20)]
     assert any("  " in " ".join(s.pages[0].split("\n")[:8]) for s in samples)
-    assert any("\n" in line.evidence for s in samples for line in expected_invoice(s).line_items)
+    assert any(
+        "\n" in line.evidence.quote
+        for s in samples
+        for line in expected_invoice(s).line_items
+        if line.evidence
+    )
     for sample in samples:
         text = " ".join(" ".join(sample.pages).split())
         profile = next(p for p in SUPPLIERS if p.name == sample.supplier)

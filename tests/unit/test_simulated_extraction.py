@@ -1,5 +1,5 @@
 """The simulated model reads every sample kind exactly as the ground truth says, treats planted instructions
-as text, makes an arithmetic mistake when told to, and leaves what it cannot read null. The accuracy
+as text, makes each realistic mistake when told to, and leaves what it cannot read null. The accuracy
 comparison scores it accordingly."""
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ from decimal import Decimal
 
 import pytest
 
+from tollgate.execution.extraction.normalize import normalize_money, parse_date
 from tollgate.execution.extraction.prompt import build_messages, document_pages
 from tollgate.execution.extraction.schema import Invoice
+from tollgate.execution.extraction.validation import iban_is_valid
 from tollgate_dev.accuracy import FIELDS, AccuracyReport, compare_invoice
 from tollgate_dev.samples import (
     INJECTION,
@@ -20,7 +22,7 @@ from tollgate_dev.samples import (
     generate_invoice,
     generate_invoices,
 )
-from tollgate_dev.simulator.extraction import MISTAKE, extract, normalize_money, parse_date
+from tollgate_dev.simulator.extraction import INVENTED_IBAN, MISTAKE, Mistake, extract
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -47,14 +49,17 @@ def test_an_injected_instruction_is_read_as_data_not_obeyed():
         assert extracted.total == f"{sample.total:.2f}" != "0.00"
         assert extracted.currency == sample.currency
         assert extracted.iban == (sample.iban or None)
-        assert all(sample.injection not in line.evidence for line in extracted.line_items)
+        assert all(
+            sample.injection not in (line.evidence.quote if line.evidence else "")
+            for line in extracted.line_items
+        )
     assert seen == set(INJECTIONS)
 
 
 def test_an_arithmetic_mistake_makes_exactly_one_line_amount_wrong():
     sample = generate_invoice(random.Random(3), 3, "clean")
     truth = expected_invoice(sample)
-    extracted = Invoice.model_validate(extract(list(sample.pages), arithmetic_mistake=True))
+    extracted = Invoice.model_validate(extract(list(sample.pages), mistake=Mistake.ARITHMETIC))
     wrong = [
         (got, want) for got, want in zip(extracted.line_items, truth.line_items, strict=True) if got != want
     ]
@@ -82,9 +87,13 @@ def test_text_that_is_not_an_invoice_gives_nulls_not_guesses(pages):
         "invoice_number": None,
         "invoice_number_evidence": None,
         "issue_date": None,
+        "issue_date_evidence": None,
         "due_date": None,
+        "due_date_evidence": None,
         "currency": None,
+        "currency_evidence": None,
         "iban": None,
+        "iban_evidence": None,
         "line_items": [],
         "subtotal": None,
         "subtotal_evidence": None,
@@ -97,13 +106,63 @@ def test_text_that_is_not_an_invoice_gives_nulls_not_guesses(pages):
 def test_a_smudged_total_is_null_while_the_rest_is_still_read():
     sample = generate_invoice(random.Random(6), 6, "clean")
     assert sample.spans is not None
-    pages = [page.replace(sample.spans.total, "Total due ###,## ~~~") for page in sample.pages]
+    pages = [page.replace(sample.spans.total.quote, "Total due ###,## ~~~") for page in sample.pages]
     extracted = Invoice.model_validate(extract(pages))
     truth = expected_invoice(sample)
     assert extracted.total is None
     assert extracted.total_evidence is None
     assert extracted.subtotal == truth.subtotal
     assert extracted.line_items == truth.line_items
+
+
+def _changed(mistake: Mistake, seed: int = 4) -> tuple[Invoice, Invoice]:
+    sample = generate_invoice(random.Random(seed), seed, "clean")
+    return Invoice.model_validate(extract(list(sample.pages), mistake=mistake)), expected_invoice(sample)
+
+
+def test_an_invented_iban_has_valid_check_digits_and_keeps_quoting_the_printed_one():
+    got, truth = _changed(Mistake.INVENTED_IBAN)
+    assert got.iban in {INVENTED_IBAN, "DE89370400440532013000"} and got.iban != truth.iban
+    assert iban_is_valid(got.iban)
+    assert got.iban_evidence == truth.iban_evidence
+    assert got.model_dump(exclude={"iban"}) == truth.model_dump(exclude={"iban"})
+
+
+def test_a_swap_keeps_the_line_amount_so_the_arithmetic_still_adds_up():
+    got, truth = _changed(Mistake.SWAPPED_QUANTITY_PRICE)
+    changed = [(g, t) for g, t in zip(got.line_items, truth.line_items, strict=True) if g != t]
+    assert len(changed) == 1
+    line, printed = changed[0]
+    assert Decimal(line.quantity) == Decimal(printed.unit_price)
+    assert Decimal(line.unit_price) == Decimal(printed.quantity)
+    assert line.amount == printed.amount
+
+
+def test_a_dropped_line_leaves_the_others_and_the_totals_as_printed():
+    got, truth = _changed(Mistake.DROPPED_LINE, seed=8)
+    assert len(got.line_items) == len(truth.line_items) - 1
+    assert all(line in truth.line_items for line in got.line_items)
+    assert (got.subtotal, got.total) == (truth.subtotal, truth.total)
+
+
+def test_a_wrong_currency_keeps_the_evidence_that_prints_the_right_one():
+    got, truth = _changed(Mistake.WRONG_CURRENCY)
+    assert got.currency != truth.currency
+    assert got.currency_evidence == truth.currency_evidence
+
+
+def test_evidence_elsewhere_quotes_another_printed_line_for_a_correct_total():
+    got, truth = _changed(Mistake.EVIDENCE_ELSEWHERE)
+    assert got.total == truth.total
+    assert got.total_evidence == truth.subtotal_evidence != truth.total_evidence
+
+
+def test_invented_evidence_quotes_text_that_is_printed_nowhere():
+    got, truth = _changed(Mistake.EVIDENCE_INVENTED)
+    sample = generate_invoice(random.Random(4), 4, "clean")
+    assert got.total != truth.total
+    assert got.total_evidence is not None and got.total in got.total_evidence.quote
+    assert all(got.total_evidence.quote not in page for page in sample.pages)
 
 
 @pytest.mark.parametrize(
@@ -155,7 +214,9 @@ def test_the_accuracy_report_sums_fields_kinds_and_outcomes():
     report = AccuracyReport()
     samples = generate_invoices(5, seed=2, kinds=KINDS)
     for index, sample in enumerate(samples):
-        extracted = Invoice.model_validate(extract(list(sample.pages), arithmetic_mistake=index == 0))
+        extracted = Invoice.model_validate(
+            extract(list(sample.pages), mistake=Mistake.ARITHMETIC if index == 0 else None)
+        )
         report.add(compare_invoice(extracted, expected_invoice(sample), sample.pages), sample.kind)
     report.add(
         compare_invoice(None, expected_invoice(samples[1]), samples[1].pages), samples[1].kind, "invalid_json"

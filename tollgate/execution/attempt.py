@@ -60,7 +60,8 @@ from tollgate.outbox.nudge import NoNudge, Nudger
 logger = Logger(service="tollgate-worker", child=True)
 
 Sleep = Callable[[float], Awaitable[None]]
-# How long every worker holds off after the provider refused the key (an operator is fixing it).
+# How long every worker holds off after the provider refused the key or the pool's response format (an
+# operator is fixing it).
 PROVIDER_AUTH_COOLDOWN_SECONDS = 60.0
 
 
@@ -409,9 +410,9 @@ async def _call_within_budget(
     if result.outcome is OutcomeClass.THROTTLED:
         deps.metrics.count(PROVIDER_THROTTLED)
     cooldown = result.retry_after_seconds
-    if result.outcome is OutcomeClass.PROVIDER_AUTH:
+    if result.outcome.pauses_pool:
         # Every worker would get the same answer: pause them all instead of spending each job's attempts.
-        logger.error("ALERT: the provider refused our API key", extra={"alert": "provider_auth"})
+        _alert_pool_paused(result)
         cooldown = max(cooldown or 0.0, PROVIDER_AUTH_COOLDOWN_SECONDS)
     used = (
         (result.input_tokens or 0) + (result.output_tokens or 0) if result.input_tokens is not None else None
@@ -421,12 +422,22 @@ async def _call_within_budget(
         permit,
         Outcome(
             used_tokens=used,
-            throttled=result.outcome in {OutcomeClass.THROTTLED, OutcomeClass.PROVIDER_AUTH},
+            throttled=result.outcome is OutcomeClass.THROTTLED or result.outcome.pauses_pool,
             retry_after_seconds=cooldown,
             rate_limit_headers=result.rate_limit_headers,
         ),
     )
     return result
+
+
+def _alert_pool_paused(result: LlmResult) -> None:
+    if result.outcome is OutcomeClass.PROVIDER_AUTH:
+        logger.error("ALERT: the provider refused our API key", extra={"alert": "provider_auth"})
+    else:
+        logger.error(
+            "ALERT: the provider refused the pool's response format",
+            extra={"alert": "provider_format", "detail": result.error},
+        )
 
 
 def _tenant_policy(deps: ExecutionDeps, job: ClaimedJob) -> TenantPolicy:

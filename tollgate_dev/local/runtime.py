@@ -72,9 +72,16 @@ API_CONCURRENCY = 8
 LOCAL_BUCKET = "tollgate-documents-local"
 # 5 s -> 0.05 s, 2 h -> 72 s: retries of a receiver that is down play out while one watches.
 DELIVERY_TIME_SCALE = 0.01
-# A provider with realistic latency and quotas generous enough that the demo is not about throttling.
+# A provider with realistic latency and quotas generous enough that the demo is not about throttling. Run
+# with PROVIDER_STRUCTURED_OUTPUT=prompt, it answers like a prompt-only model: now and then a fence or a
+# closing remark, which the worker takes as invalid output and retries.
 LOCAL_SIMULATOR = SimulatorConfig(
-    requests_per_minute=3000, tokens_per_minute=6_000_000, max_concurrency=16, latency=Latency(0.25), seed=7
+    requests_per_minute=3000,
+    tokens_per_minute=6_000_000,
+    max_concurrency=16,
+    latency=Latency(0.25),
+    prompt_only_rates={"code_fence": 0.05, "trailing_prose": 0.05},
+    seed=7,
 )
 
 

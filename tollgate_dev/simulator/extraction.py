@@ -1,50 +1,45 @@
 """The simulated provider's "model": a deterministic reader of the invoice OCR layouts the sample generator
 prints, answering in the extraction schema's JSON shape.
 
-It reads what is printed and nothing else: evidence is the exact text a value came from, a value it cannot
-read is null, lines that are not part of the invoice's structure (notes, planted instructions) are
-ignored like any other prose. Told to, it makes one arithmetic mistake so the review path gets exercised.
+It reads what is printed and nothing else: evidence is the page and the exact text a value came from, a
+value it cannot read is null, lines that are not part of the invoice's structure (notes, planted
+instructions) are ignored like any other prose. Told to, it makes one of the mistakes real models make
+(``Mistake``), so the validation policy and the review path get exercised.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import date
 from decimal import Decimal
+from enum import StrEnum
 from typing import Any
+
+from tollgate.execution.extraction.normalize import DATE_PATTERN, normalize_money, parse_date
 
 # A wrong line amount is off by this much when an arithmetic mistake is asked for.
 MISTAKE = Decimal("1.00")
+# What an invented IBAN looks like: a real-looking one whose check digits verify.
+INVENTED_IBAN = "GB33BUKB20201555555555"
+
+
+class Mistake(StrEnum):
+    """Mistakes real models make on invoices; each one must end in review, never as a success."""
+
+    ARITHMETIC = "arithmetic"  # one line amount (or, without lines, the subtotal) is off
+    INVENTED_IBAN = "invented_iban"  # an IBAN with valid check digits that is not the printed one
+    SWAPPED_QUANTITY_PRICE = "swapped_quantity_price"  # a line's quantity and unit price swapped
+    DROPPED_LINE = "dropped_line"  # a line item left out
+    WRONG_CURRENCY = "wrong_currency"  # a currency other than the printed one
+    EVIDENCE_ELSEWHERE = "evidence_elsewhere"  # the total's evidence quotes another line
+    EVIDENCE_INVENTED = "evidence_invented"  # a wrong total with a quote that is printed nowhere
+
 
 _MONEY = r"-?(?:\d{1,3}(?:[,.']\d{3})+|\d+)[.,]\d{2}"
 _QUANTITY = r"\d{1,9}(?:[.,]\d{1,4})?"
 _CURRENCY = r"[A-Z]{3}"
 _VALUE = rf"(?:{_CURRENCY} )?{_MONEY}(?: {_CURRENCY})?"
-_MONTHS = {
-    name: number
-    for number, name in enumerate(
-        (
-            "january",
-            "february",
-            "march",
-            "april",
-            "may",
-            "june",
-            "july",
-            "august",
-            "september",
-            "october",
-            "november",
-            "december",
-        ),
-        start=1,
-    )
-}
-_DATE = (
-    r"\d{4}-\d{2}-\d{2}|\d{1,2}\.\d{1,2}\.\d{4}|\d{1,2}-\d{1,2}-\d{4}"
-    r"|\d{1,2} [A-Za-z]+ \d{4}|[A-Za-z]+ \d{1,2}, \d{4}"
-)
+_DATE = DATE_PATTERN
 
 _INVOICE_NUMBER = re.compile(
     r"^Invoice ?(?:no\.?|number|nr\.?|#) ?:? ?(?P<value>[A-Z0-9][A-Z0-9._/-]*)$", re.I
@@ -99,22 +94,9 @@ def _lines(pages: list[str]) -> list[_Line]:
     return lines
 
 
-def _span(pages: list[str], first: _Line, last: _Line) -> str:
-    return pages[first.page][first.start : last.end]
-
-
-def normalize_money(text: str) -> str | None:
-    """Printed money ("1.150,00", "1,150.00", "1'150.00", "1150,00") as "1150.00"; None when ambiguous."""
-    match = re.fullmatch(r"(?P<sign>-?)(?P<whole>[\d,.']+?)(?P<point>[.,])(?P<cents>\d{2})", text)
-    if not match:
-        return None
-    whole = match["whole"]
-    separators = set(re.sub(r"\d", "", whole))
-    if len(separators) > 1 or match["point"] in separators:
-        return None  # "1.150.00" could be read two ways; a reader would not guess
-    if separators and not re.fullmatch(r"\d{1,3}(?:[,.']\d{3})+", whole):
-        return None
-    return f"{match['sign']}{re.sub(r'[^0-9]', '', whole)}.{match['cents']}"
+def _span(pages: list[str], first: _Line, last: _Line) -> dict[str, Any]:
+    """Evidence in the schema's shape: the page (from 1) and the text from ``first`` to ``last``."""
+    return {"page": first.page + 1, "quote": pages[first.page][first.start : last.end]}
 
 
 def _quantity(text: str) -> str:
@@ -136,31 +118,12 @@ def _value(text: str) -> tuple[str | None, str | None]:
     return normalize_money(parts[0]), currency
 
 
-def parse_date(text: str) -> str | None:
-    """A printed date as ISO 8601, from the unambiguous formats; None when it is not a real date."""
-    parts: tuple[int, int, int] | None = None
-    if m := re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})", text):
-        parts = (int(m[1]), int(m[2]), int(m[3]))
-    elif m := re.fullmatch(r"(\d{1,2})[.-](\d{1,2})[.-](\d{4})", text):
-        parts = (int(m[3]), int(m[2]), int(m[1]))
-    elif (m := re.fullmatch(r"(\d{1,2}) ([A-Za-z]+) (\d{4})", text)) and m[2].lower() in _MONTHS:
-        parts = (int(m[3]), _MONTHS[m[2].lower()], int(m[1]))
-    elif (m := re.fullmatch(r"([A-Za-z]+) (\d{1,2}), (\d{4})", text)) and m[1].lower() in _MONTHS:
-        parts = (int(m[3]), _MONTHS[m[1].lower()], int(m[2]))
-    if parts is None:
-        return None
-    try:
-        return date(*parts).isoformat()
-    except ValueError:
-        return None
-
-
 @dataclass(frozen=True)
 class _Amount:
     money: str | None
     currency: str | None
     rate: str | None
-    evidence: str
+    evidence: dict[str, Any]
     index: int
 
 
@@ -220,9 +183,9 @@ def _line_items(pages: list[str], lines: list[_Line], end: int) -> list[dict[str
     return items
 
 
-def extract(pages: list[str], *, arithmetic_mistake: bool = False) -> dict[str, Any]:
+def extract(pages: list[str], *, mistake: Mistake | None = None) -> dict[str, Any]:
     """The extraction schema's JSON object for ``pages``. Fields that cannot be read are null; with
-    ``arithmetic_mistake`` one line amount (or, without lines, the subtotal) is off by ``MISTAKE``."""
+    ``mistake`` the answer has that one mistake in it (see ``Mistake``)."""
     lines = _lines(pages)
     first_page = [line for line in lines if line.page == 0 and line.text]
 
@@ -243,19 +206,17 @@ def extract(pages: list[str], *, arithmetic_mistake: bool = False) -> dict[str, 
     table_end = min((a.index for a in (subtotal, total) if a is not None), default=len(lines))
     items = _line_items(pages, lines, table_end)
 
-    currencies = [a.currency for a in (total, subtotal, tax) if a is not None]
-    currencies += [item["_currency"] for item in items]
-    currency = next((c for c in currencies if c), None)
+    # The currency and the line it is printed on: the totals first, then the rows.
+    currencies = [(a.currency, a.evidence) for a in (total, subtotal, tax) if a is not None]
+    currencies += [(item["_currency"], item["evidence"]) for item in items]
+    currency, currency_evidence = next(((c, e) for c, e in currencies if c), (None, None))
     for item in items:
         del item["_currency"]
+    issue_date, issue_date_evidence = _first_date(pages, lines, _ISSUE_DATE)
+    due_date, due_date_evidence = _first_date(pages, lines, _DUE_DATE)
+    iban, iban_evidence = _iban(pages, lines)
 
-    if arithmetic_mistake and items:
-        items[-1]["amount"] = str(Decimal(items[-1]["amount"]) + MISTAKE)
-    subtotal_money = subtotal.money if subtotal else None
-    if arithmetic_mistake and not items and subtotal_money is not None:
-        subtotal_money = str(Decimal(subtotal_money) + MISTAKE)
-
-    return {
+    answer: dict[str, Any] = {
         "supplier": (
             {"name": supplier_line.text, "evidence": _span(pages, supplier_line, supplier_line)}
             if supplier_line
@@ -263,12 +224,16 @@ def extract(pages: list[str], *, arithmetic_mistake: bool = False) -> dict[str, 
         ),
         "invoice_number": invoice_number["value"] if invoice_number else None,
         "invoice_number_evidence": _span(pages, number_line, number_line) if number_line else None,
-        "issue_date": _first_date(lines, _ISSUE_DATE),
-        "due_date": _first_date(lines, _DUE_DATE),
+        "issue_date": issue_date,
+        "issue_date_evidence": issue_date_evidence,
+        "due_date": due_date,
+        "due_date_evidence": due_date_evidence,
         "currency": currency,
-        "iban": _iban(lines),
+        "currency_evidence": currency_evidence,
+        "iban": iban,
+        "iban_evidence": iban_evidence,
         "line_items": items,
-        "subtotal": subtotal_money,
+        "subtotal": subtotal.money if subtotal else None,
         "subtotal_evidence": subtotal.evidence if subtotal else None,
         "tax": {
             "rate_percent": tax.rate if tax else None,
@@ -278,17 +243,81 @@ def extract(pages: list[str], *, arithmetic_mistake: bool = False) -> dict[str, 
         "total": total.money if total else None,
         "total_evidence": total.evidence if total else None,
     }
+    if mistake is not None:
+        _MISTAKES[mistake](answer)
+    return answer
 
 
-def _first_date(lines: list[_Line], pattern: re.Pattern[str]) -> str | None:
+def _first_date(
+    pages: list[str], lines: list[_Line], pattern: re.Pattern[str]
+) -> tuple[str | None, dict[str, Any] | None]:
     for line in lines:
         if match := pattern.search(line.text):
-            return parse_date(match["value"])
-    return None
+            value = parse_date(match["value"])
+            # The label and the date, not the whole line: another date may share it.
+            return value, {"page": line.page + 1, "quote": match.group().strip()} if value else None
+    return None, None
 
 
-def _iban(lines: list[_Line]) -> str | None:
+def _iban(pages: list[str], lines: list[_Line]) -> tuple[str | None, dict[str, Any] | None]:
     for line in lines:
         if match := _IBAN.match(line.text):
-            return match["value"].replace(" ", "")
-    return None
+            return match["value"].replace(" ", ""), _span(pages, line, line)
+    return None, None
+
+
+# Each mistake changes a correct answer the way a model gets it wrong; evidence is left as the model
+# would leave it (still quoting the printed text) unless the mistake is in the evidence itself.
+
+
+def _arithmetic(answer: dict[str, Any]) -> None:
+    items = answer["line_items"]
+    if items:
+        items[-1]["amount"] = str(Decimal(items[-1]["amount"]) + MISTAKE)
+    elif answer["subtotal"] is not None:
+        answer["subtotal"] = str(Decimal(answer["subtotal"]) + MISTAKE)
+
+
+def _invented_iban(answer: dict[str, Any]) -> None:
+    answer["iban"] = INVENTED_IBAN if answer["iban"] != INVENTED_IBAN else "DE89370400440532013000"
+
+
+def _swapped_quantity_price(answer: dict[str, Any]) -> None:
+    for item in answer["line_items"]:
+        quantity, price = Decimal(item["quantity"]), Decimal(item["unit_price"])
+        if quantity != price:
+            item["quantity"], item["unit_price"] = format(price.normalize(), "f"), f"{quantity:.2f}"
+            return
+
+
+def _dropped_line(answer: dict[str, Any]) -> None:
+    if answer["line_items"]:
+        answer["line_items"].pop(len(answer["line_items"]) // 2)
+
+
+def _wrong_currency(answer: dict[str, Any]) -> None:
+    answer["currency"] = "USD" if answer["currency"] != "USD" else "EUR"
+
+
+def _evidence_elsewhere(answer: dict[str, Any]) -> None:
+    answer["total_evidence"] = answer["subtotal_evidence"]
+
+
+def _evidence_invented(answer: dict[str, Any]) -> None:
+    if answer["total"] is None:
+        return
+    total = str(Decimal(answer["total"]) + Decimal("10.00"))
+    answer["total"] = total
+    page = answer["total_evidence"]["page"] if answer["total_evidence"] else 1
+    answer["total_evidence"] = {"page": page, "quote": f"Total amount payable {total}"}
+
+
+_MISTAKES = {
+    Mistake.ARITHMETIC: _arithmetic,
+    Mistake.INVENTED_IBAN: _invented_iban,
+    Mistake.SWAPPED_QUANTITY_PRICE: _swapped_quantity_price,
+    Mistake.DROPPED_LINE: _dropped_line,
+    Mistake.WRONG_CURRENCY: _wrong_currency,
+    Mistake.EVIDENCE_ELSEWHERE: _evidence_elsewhere,
+    Mistake.EVIDENCE_INVENTED: _evidence_invented,
+}

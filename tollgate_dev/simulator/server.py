@@ -6,6 +6,12 @@ max tokens, as OpenAI does) and a concurrency cap, answered past the limit with 
 ``retry-after-ms``; ``x-ratelimit-*`` headers; seeded latency; and faults, drawn by probability or queued
 ("the next N requests get fault X") from Python or from another process through ``POST /_simulator/faults``.
 The answers come from the deterministic reader in ``simulated_extraction``.
+
+It answers according to the request's ``response_format``, as providers of different capabilities do: a
+``json_schema`` or ``json_object`` request gets bare JSON (decoding is constrained); a request without one
+gets what a prompt-only model sends, now and then (``prompt_only_rates``) or on demand (the fault queue)
+wrapped in a code fence or with prose around it. A format the simulator is configured not to take
+(``supported_formats``: a llama.cpp-like server takes no ``json_schema``) is refused with a 400.
 """
 
 from __future__ import annotations
@@ -28,7 +34,9 @@ from typing import Any
 
 from tollgate.core.clock import Clock
 from tollgate.execution.extraction.prompt import document_pages
-from tollgate_dev.simulator.extraction import extract
+from tollgate_dev.simulator.extraction import Mistake, extract
+
+MISTAKES = frozenset(m.value for m in Mistake)
 
 logger = logging.getLogger(__name__)
 
@@ -44,10 +52,27 @@ class Fault(StrEnum):
     TIMEOUT = "timeout"  # held past any sane client timeout; stop() or release_held() ends the hold
     MALFORMED_JSON = "malformed_json"  # content that is not JSON (cut off mid-object)
     WRONG_SCHEMA = "wrong_schema"  # valid JSON of the wrong shape
+    # How a model that only follows the prompt dresses its JSON; drawn only for requests without a format
+    # (``prompt_only_rates``), though a queued one applies to any request.
+    CODE_FENCE = "code_fence"  # ```json ... ```
+    LEADING_PROSE = "leading_prose"  # "Here is the extracted data:" before the object
+    TRAILING_PROSE = "trailing_prose"  # a closing remark after the object
     SERVER_ERROR = "5xx"  # 500 or 503, drawn from the seed
     INTERNAL_ERROR = "500"
     OVERLOADED = "503"
-    ARITHMETIC = "arithmetic"  # a well-formed extraction with one wrong line amount
+    # Well-formed extractions with one mistake a real model makes (tollgate_dev.simulator.extraction).
+    ARITHMETIC = "arithmetic"  # one wrong line amount
+    INVENTED_IBAN = "invented_iban"
+    SWAPPED_QUANTITY_PRICE = "swapped_quantity_price"
+    DROPPED_LINE = "dropped_line"
+    WRONG_CURRENCY = "wrong_currency"
+    EVIDENCE_ELSEWHERE = "evidence_elsewhere"
+    EVIDENCE_INVENTED = "evidence_invented"
+
+
+PROMPT_ONLY_HABITS = frozenset({Fault.CODE_FENCE, Fault.LEADING_PROSE, Fault.TRAILING_PROSE})
+# The response_format types a provider may take; a request without one (or with "text") is always taken.
+RESPONSE_FORMATS = frozenset({"json_schema", "json_object"})
 
 
 @dataclass(frozen=True)
@@ -73,6 +98,11 @@ class SimulatorConfig:
     latency: Latency = field(default_factory=Latency)
     # Probability per request of each fault (by Fault value); drawn after the queue is empty.
     fault_rates: Mapping[str, float] = field(default_factory=dict)
+    # Probability per request without a response_format of each prompt-only habit (code_fence,
+    # leading_prose, trailing_prose), drawn when neither the queue nor fault_rates gave a fault.
+    prompt_only_rates: Mapping[str, float] = field(default_factory=dict)
+    # The response_format types taken (see RESPONSE_FORMATS); a llama.cpp-like server: {"json_object"}.
+    supported_formats: frozenset[str] = RESPONSE_FORMATS
     storm_retry_after_seconds: float = 2.0
     timeout_hold_seconds: float = 600.0
     # Reserved for completion tokens when a request names no max_completion_tokens / max_tokens.
@@ -86,15 +116,28 @@ class SimulatorConfig:
             Fault(name)  # raises on an unknown fault name
         if sum(self.fault_rates.values()) > 1:
             raise ValueError("fault probabilities add up to more than 1")
+        habits = ", ".join(sorted(PROMPT_ONLY_HABITS))
+        for name in self.prompt_only_rates:
+            if Fault(name) not in PROMPT_ONLY_HABITS:
+                raise ValueError(f"{name!r} is not a prompt-only habit ({habits})")
+        if sum(self.prompt_only_rates.values()) > 1:
+            raise ValueError("prompt-only probabilities add up to more than 1")
+        if not self.supported_formats <= RESPONSE_FORMATS:
+            unknown = ", ".join(sorted(self.supported_formats - RESPONSE_FORMATS))
+            known = ", ".join(sorted(RESPONSE_FORMATS))
+            raise ValueError(f"unknown response formats {unknown} (known: {known})")
 
 
 @dataclass(frozen=True)
 class SimulatorStats:
     requests: int = 0  # authenticated, well-formed chat completion requests (refused ones included)
+    unsupported_formats: int = 0  # refused with a 400 for a response_format type not taken
     completions: int = 0  # answered 200
     rate_limited: int = 0  # 429s sent, quota or storm
     server_errors: int = 0  # 5xx sent
     faults: dict[str, int] = field(default_factory=dict)
+    # The requests counted in ``requests`` by their response_format type ("none" without one).
+    response_formats: dict[str, int] = field(default_factory=dict)
     in_flight: int = 0
     max_concurrency: int = 0
     prompt_tokens: int = 0
@@ -220,6 +263,7 @@ class SimulatedProvider:
         self._queue: deque[Fault] = deque()
         self._stats = SimulatorStats()
         self._faults: Counter[str] = Counter()
+        self._formats: Counter[str] = Counter()
         now = self._seconds()
         rpm, tpm = self.config.requests_per_minute, self.config.tokens_per_minute
         self._requests = _Bucket(rpm, now) if rpm else None
@@ -309,7 +353,9 @@ class SimulatedProvider:
             return self._changed.wait_for(lambda: predicate(self._snapshot()), timeout)
 
     def _snapshot(self) -> SimulatorStats:
-        return SimulatorStats(**{**asdict(self._stats), "faults": dict(self._faults)})
+        return SimulatorStats(
+            **{**asdict(self._stats), "faults": dict(self._faults), "response_formats": dict(self._formats)}
+        )
 
     def _count(self, **increments: int) -> None:
         values = asdict(self._stats)
@@ -344,12 +390,24 @@ class SimulatedProvider:
         problem = _invalid_request(body)
         if problem:
             return _Reply(400, _error(problem[1], "invalid_request_error", "invalid_value", problem[0]))
+        kind = _format_type(body)
+        if kind is not None and kind not in self.config.supported_formats:
+            with self._changed:
+                self._count(unsupported_formats=1)
+            taken = ", ".join(["text", *sorted(self.config.supported_formats)])
+            message = (
+                f"Invalid parameter: 'response_format' of type '{kind}' is not supported by this server "
+                f"(it takes: {taken})."
+            )
+            error = _error(message, "invalid_request_error", "unsupported_value", "response_format")
+            return _Reply(400, error)
         model = str(body["model"])
         prompt_tokens = estimate_tokens(prompt_text(body["messages"]))
         max_tokens = int(
             body.get("max_completion_tokens") or body.get("max_tokens") or self.config.default_max_tokens
         )
         with self._changed:
+            self._formats[kind or "none"] += 1
             self._count(requests=1)
             try:
                 limit_headers = self._admit(model, prompt_tokens + max_tokens)
@@ -357,7 +415,7 @@ class SimulatedProvider:
                 self._count(rate_limited=1)
                 return refused.reply
             self._count(in_flight=1)
-            fault = self._next_fault()
+            fault = self._next_fault(constrained=kind is not None)
         try:
             return self._answer(_Call(body, model, fault, prompt_tokens, max_tokens, limit_headers))
         finally:
@@ -387,9 +445,12 @@ class SimulatedProvider:
             return self._server_error(fault)
 
         pages = document_pages(body["messages"])
-        extraction = extract(pages, arithmetic_mistake=fault is Fault.ARITHMETIC)
-        content = json.dumps(extraction, ensure_ascii=False)
-        if fault is Fault.MALFORMED_JSON:
+        mistake = Mistake(fault.value) if fault is not None and fault.value in MISTAKES else None
+        extraction = extract(pages, mistake=mistake)
+        content = json.dumps(extraction, ensure_ascii=False, indent=None if _format_type(body) else 2)
+        if fault in PROMPT_ONLY_HABITS:
+            content = _dress(content, fault)
+        elif fault is Fault.MALFORMED_JSON:
             content = content[: len(content) // 2]
         elif fault is Fault.WRONG_SCHEMA:
             content = json.dumps(_wrong_shape(extraction), ensure_ascii=False)
@@ -522,21 +583,29 @@ class SimulatedProvider:
                 headers[f"x-ratelimit-reset-{name}"] = openai_duration(bucket.reset_seconds())
         return headers
 
-    def _next_fault(self) -> Fault | None:
-        """The queued fault first, else one drawn by the configured probabilities (caller holds the lock)."""
+    def _next_fault(self, *, constrained: bool) -> Fault | None:
+        """The queued fault first, else one drawn by the configured probabilities, then (for a request
+        without a response format) a prompt-only habit drawn by its own (caller holds the lock)."""
         fault: Fault | None = None
         if self._queue:
             fault = self._queue.popleft()
-        elif self.config.fault_rates:
-            draw = self._rng.random()
-            for name, probability in self.config.fault_rates.items():
-                if draw < probability:
-                    fault = Fault(name)
-                    break
-                draw -= probability
+        else:
+            fault = self._draw(self.config.fault_rates)
+            if fault is None and not constrained:
+                fault = self._draw(self.config.prompt_only_rates)
         if fault is not None:
             self._faults[fault.value] += 1
         return fault
+
+    def _draw(self, rates: Mapping[str, float]) -> Fault | None:
+        if not rates:
+            return None
+        draw = self._rng.random()
+        for name, probability in rates.items():
+            if draw < probability:
+                return Fault(name)
+            draw -= probability
+        return None
 
     def _new_id(self, prefix: str) -> str:
         with self._changed:
@@ -660,7 +729,40 @@ def _invalid_request(body: Any) -> tuple[str, str] | None:
         value = body.get(name)
         if value is not None and (not isinstance(value, int) or value < 1):
             return name, f"'{name}' must be a positive integer."
+    return _invalid_response_format(body.get("response_format"))
+
+
+def _invalid_response_format(response_format: Any) -> tuple[str, str] | None:
+    if response_format is None:
+        return None
+    kinds = {"text", *RESPONSE_FORMATS}
+    if not isinstance(response_format, dict) or response_format.get("type") not in kinds:
+        kinds_text = ", ".join(sorted(kinds))
+        return "response_format", f"'response_format' must be an object whose 'type' is one of {kinds_text}."
+    if response_format["type"] == "json_schema":
+        envelope = response_format.get("json_schema")
+        if not isinstance(envelope, dict) or not isinstance(envelope.get("schema"), dict):
+            return "response_format.json_schema", "'json_schema' must be an object holding a 'schema' object."
+    if response_format["type"] == "json_object" and not isinstance(response_format.get("schema", {}), dict):
+        return "response_format.schema", "'schema' must be a JSON schema object."
     return None
+
+
+def _format_type(body: dict[str, Any]) -> str | None:
+    """The constrained format a (valid) request asks for; None without one or for plain text."""
+    response_format = body.get("response_format")
+    if response_format is None or response_format.get("type") == "text":
+        return None
+    return str(response_format["type"])
+
+
+def _dress(content: str, habit: Fault) -> str:
+    """The JSON as a model answering from the prompt alone sends it now and then."""
+    if habit is Fault.CODE_FENCE:
+        return f"```json\n{content}\n```"
+    if habit is Fault.LEADING_PROSE:
+        return f"Here is the extracted invoice data:\n\n{content}"
+    return f"{content}\n\nLet me know if you need any other fields extracted."
 
 
 def _wrong_shape(extraction: dict[str, Any]) -> dict[str, Any]:

@@ -21,8 +21,9 @@
 // - strings: minLength/maxLength, format "date", and `pattern` for a regular-expression subset (literals, `.`,
 //   classes, \d \w \s, groups, alternation, ? * + {n} {n,} {n,m}); an unanchored pattern may have any text
 //   around it. A pattern outside the subset (lookaround, backreferences) is dropped and listed;
-// - integers: minimum 0 or 1, or exclusiveMinimum -1 or 0 (no sign; no leading zero); numbers as JSON
-//   numbers; other bounds are listed;
+// - integers: a range with both bounds (minimum/exclusiveMinimum from 0 up, maximum/exclusiveMaximum) as
+//   the exact set of decimal numbers; a lower bound of 0 or 1 alone as no sign (and no leading zero); numbers
+//   as JSON numbers; other bounds are listed;
 // - const and enum as literals.
 // Whitespace between tokens is at most one space and never a newline: the same JSON in fewer tokens.
 // Annotations (title, description, default, examples) carry no constraint and are left out silently.
@@ -296,17 +297,65 @@ class Generator {
     }
 
     integer(node, path, keep) {
-        // pydantic writes ge=1 as minimum 1 and gt=0 as exclusiveMinimum 0: both are "positive".
-        const bound = typeof node.minimum === "number" ? ["minimum", node.minimum]
-            : typeof node.exclusiveMinimum === "number" ? ["exclusiveMinimum", node.exclusiveMinimum + 1]
-                : null;
-        if (bound !== null && (bound[1] === 0 || bound[1] === 1)) {
-            keep("type", bound[0]);
-            return bound[1] === 0 ? this.named("non-negative", '"0" | [1-9] [0-9]{0,15}') : this.named("positive", "[1-9] [0-9]{0,15}");
+        // pydantic writes ge=1 as minimum 1 and gt=0 as exclusiveMinimum 0, le=1000 as maximum 1000.
+        const [lowKey, low] = typeof node.minimum === "number" ? ["minimum", Math.ceil(node.minimum)]
+            : typeof node.exclusiveMinimum === "number" ? ["exclusiveMinimum", Math.floor(node.exclusiveMinimum) + 1]
+                : [null, null];
+        const [highKey, high] = typeof node.maximum === "number" ? ["maximum", Math.floor(node.maximum)]
+            : typeof node.exclusiveMaximum === "number" ? ["exclusiveMaximum", Math.ceil(node.exclusiveMaximum) - 1]
+                : [null, null];
+        if (low !== null && low >= 0 && high !== null && high < 1e15) {
+            if (high < low)
+                throw new SchemaError(`${path}: no integer lies between the bounds`);
+            keep("type", lowKey, highKey);
+            return this.named(path, integerRange(low, high));
+        }
+        if (low === 0 || low === 1) {
+            keep("type", lowKey);
+            return low === 0 ? this.named("non-negative", '"0" | [1-9] [0-9]{0,15}') : this.named("positive", "[1-9] [0-9]{0,15}");
         }
         keep("type");
         return "integer";
     }
+}
+
+/** GBNF alternatives for the decimal integers from `low` to `high` (0 <= low <= high), without leading zeros. */
+export function integerRange(low, high) {
+    const alternatives = [];
+    for (let digits = String(low).length; digits <= String(high).length; digits++) {
+        const from = Math.max(low, digits === 1 ? 0 : 10 ** (digits - 1));
+        const to = Math.min(high, 10 ** digits - 1);
+        if (from <= to)
+            alternatives.push(...sameLength(String(from), String(to)));
+    }
+    return alternatives.join(" | ");
+}
+
+// Patterns for the numbers from `a` to `b`, two digit strings of one length, split where their digits differ.
+function sameLength(a, b) {
+    if (a === b)
+        return [literal(a)];
+    if (a.length === 1)
+        return [`[${a}-${b}]`];
+    if (a[0] === b[0])
+        return sameLength(a.slice(1), b.slice(1)).map((rest) => `${literal(a[0])} (${rest})`);
+    const tail = a.length - 1;
+    const any = `[0-9]{${tail}}`;
+    const out = [];
+    let first = Number(a[0]);
+    let last = Number(b[0]);
+    if (!/^0+$/.test(a.slice(1))) {
+        out.push(...sameLength(a.slice(1), "9".repeat(tail)).map((rest) => `${literal(a[0])} (${rest})`));
+        first += 1;
+    }
+    const lastFull = /^9+$/.test(b.slice(1));
+    if (!lastFull)
+        last -= 1;
+    if (first <= last)
+        out.push(`${first === last ? literal(String(first)) : `[${first}-${last}]`} ${any}`);
+    if (!lastFull)
+        out.push(...sameLength("0".repeat(tail), b.slice(1)).map((rest) => `${literal(b[0])} (${rest})`));
+    return out;
 }
 
 function repeat(min, max) {

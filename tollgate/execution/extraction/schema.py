@@ -1,8 +1,10 @@
 """The invoice schema the model fills through structured outputs, parsed strictly.
 
-Money is a decimal string with two places ("119.00"), never a float. Every extracted field that comes from
-the document carries an evidence span: the exact text in the OCR input it was read from, so validation can
-check that it resolves. A field the model is unsure of is null and lands in review; nothing is guessed.
+Money is a decimal string with two places ("119.00"), never a float. Every value that reaches an ERP carries
+its evidence: the page it is printed on and the exact text it was read from there. The policy resolves each
+quote to a character span of that page and checks that the span says the value (validation.py), so an
+invented value cannot carry made-up evidence. A field the model cannot read is null and lands in review;
+nothing is guessed.
 """
 
 from __future__ import annotations
@@ -14,20 +16,30 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-SCHEMA_NAME = "invoice_extraction_v1"
+SCHEMA_NAME = "invoice_extraction_v2"
+# Pages a document may have (the acceptance limit); evidence cannot point past them.
+MAX_PAGES = 1000
 
 Money = Annotated[str, StringConstraints(pattern=r"^-?\d{1,12}\.\d{2}$")]
 Quantity = Annotated[str, StringConstraints(pattern=r"^-?\d{1,9}(\.\d{1,4})?$")]
-Evidence = Annotated[str, StringConstraints(min_length=1, max_length=500)]
+IsoDate = Annotated[str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}$")]
+Quote = Annotated[str, StringConstraints(min_length=1, max_length=500)]
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class Evidence(Strict):
+    """Where a value is printed: a page of the document and the text copied from it."""
+
+    page: int = Field(ge=1, le=MAX_PAGES, description="The page the value is printed on, counting from 1.")
+    quote: Quote = Field(description="The text the value was read from, copied exactly from that page.")
+
+
 class Supplier(Strict):
     name: str = Field(description="The supplier's legal name as printed.")
-    evidence: Evidence
+    evidence: Evidence | None
 
 
 class LineItem(Strict):
@@ -35,7 +47,7 @@ class LineItem(Strict):
     quantity: Quantity
     unit_price: Money
     amount: Money
-    evidence: Evidence = Field(description="The line as printed.")
+    evidence: Evidence | None = Field(description="The whole line as printed.")
 
 
 class Tax(Strict):
@@ -48,10 +60,14 @@ class Invoice(Strict):
     supplier: Supplier | None
     invoice_number: str | None
     invoice_number_evidence: Evidence | None
-    issue_date: Annotated[str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}$")] | None
-    due_date: Annotated[str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}$")] | None
+    issue_date: IsoDate | None
+    issue_date_evidence: Evidence | None
+    due_date: IsoDate | None
+    due_date_evidence: Evidence | None
     currency: Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")] | None
+    currency_evidence: Evidence | None
     iban: Annotated[str, StringConstraints(pattern=r"^[A-Z]{2}[0-9A-Z]{13,32}$")] | None
+    iban_evidence: Evidence | None
     line_items: list[LineItem]
     subtotal: Money | None
     subtotal_evidence: Evidence | None

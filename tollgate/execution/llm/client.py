@@ -3,6 +3,10 @@
 Retries live in the job's retry policy (persisted), never here: the SDK runs with ``max_retries=0``. What
 the provider says about when to come back (``retry-after-ms``, ``Retry-After`` in seconds or as an HTTP
 date) is parsed and handed up, together with usage and the provider's request id.
+
+The provider pool's structured-output capability (``StructuredOutput``) decides how the schema is sent; the
+answer is read the same strict way whatever it was, so a prompt-only model's code fence or closing remark is
+invalid output (retried by the job's policy), never repaired.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import ValidationError
 
 from tollgate.core.clock import Clock
-from tollgate.execution.extraction.prompt import build_messages
-from tollgate.execution.extraction.schema import Invoice, response_format
+from tollgate.execution.extraction.prompt import build_messages, build_prompt_only_messages
+from tollgate.execution.extraction.schema import Invoice, invoice_json_schema, response_format
+from tollgate.execution.llm.output import InvalidOutput, StructuredOutput, single_json_object
 
 if TYPE_CHECKING:
     # Imported lazily at run time: the API Lambda imports this module's types but never calls a model,
@@ -39,6 +44,9 @@ class OutcomeClass(StrEnum):
     PROVIDER_AUTH = "provider_unauthorized"
     # Not the provider's doing: the stored document could not be read, so no call was made.
     DOCUMENT_UNAVAILABLE = "document_unavailable"
+    # The provider refused the response format: the pool's PROVIDER_STRUCTURED_OUTPUT, not the job. Retried
+    # and paused for every worker, like a refused key, instead of failing every job in the backlog.
+    PROVIDER_FORMAT = "provider_format_unsupported"
 
     @property
     def retryable(self) -> bool:
@@ -48,7 +56,13 @@ class OutcomeClass(StrEnum):
             OutcomeClass.TIMEOUT,
             OutcomeClass.INVALID_OUTPUT,
             OutcomeClass.PROVIDER_AUTH,
+            OutcomeClass.PROVIDER_FORMAT,
         }
+
+    @property
+    def pauses_pool(self) -> bool:
+        """Every worker of the pool would get the same answer until an operator changes its configuration."""
+        return self in {OutcomeClass.PROVIDER_AUTH, OutcomeClass.PROVIDER_FORMAT}
 
 
 @dataclass
@@ -110,10 +124,47 @@ def classify_status(status: int) -> OutcomeClass:
     return OutcomeClass.TERMINAL
 
 
+def refuses_response_format(status: int, error: Any) -> bool:
+    """A 400 (OpenAI, llama.cpp) or 422 (servers validating with FastAPI, as llama-cpp-python's does) about
+    ``response_format``. The schema is the same for every job, so such a refusal is the pool's."""
+    if status not in {400, 422}:
+        return False
+    return "response_format" in f"{getattr(error, 'param', None)} {getattr(error, 'message', '')}"
+
+
+def request_options(mode: StructuredOutput, pages: tuple[str, ...]) -> dict[str, Any]:
+    """The messages and response format of one extraction request, as the pool's capability wants them."""
+    if mode is StructuredOutput.JSON_SCHEMA:
+        return {"messages": build_messages(pages), "response_format": response_format()}
+    if mode is StructuredOutput.JSON_OBJECT:
+        # llama.cpp's servers constrain decoding to a schema given beside the type, not OpenAI's envelope.
+        schema = json.loads(invoice_json_schema())
+        return {
+            "messages": build_messages(pages),
+            "response_format": {"type": "json_object", "schema": schema},
+        }
+    return {"messages": build_prompt_only_messages(pages, invoice_json_schema())}
+
+
+def parse_invoice(content: str) -> Invoice:
+    """The answer as an Invoice, read the same way in every mode; raises ``InvalidOutput`` saying why not."""
+    value = single_json_object(content)
+    try:
+        return Invoice.model_validate(value)
+    except ValidationError as error:
+        raise InvalidOutput(f"the JSON object does not match the schema: {str(error)[:400]}") from None
+
+
 class OpenAIExtractor:
-    def __init__(self, client: openai.AsyncOpenAI, clock: Clock) -> None:
+    def __init__(
+        self,
+        client: openai.AsyncOpenAI,
+        clock: Clock,
+        structured_output: StructuredOutput = StructuredOutput.JSON_SCHEMA,
+    ) -> None:
         self._client = client
         self._clock = clock
+        self._mode = structured_output
 
     async def extract(self, pages: tuple[str, ...], model: str, timeout: float, max_tokens: int) -> LlmResult:
         import openai
@@ -124,24 +175,30 @@ class OpenAIExtractor:
             return int((time.perf_counter() - started) * 1000)
 
         try:
-            # The SDK's TypedDict overloads do not accept plain dicts; the wire format is what matters.
-            raw = await self._client.chat.completions.with_raw_response.create(  # type: ignore[call-overload]
+            # Options as a plain dict: the SDK's TypedDicts add nothing to a wire format the tests pin down.
+            raw = await self._client.chat.completions.with_raw_response.create(
                 model=model,
-                messages=build_messages(pages),
-                response_format=response_format(),
+                **request_options(self._mode, pages),
                 max_completion_tokens=max_tokens,
                 timeout=timeout,
             )
         except openai.APITimeoutError:
             return LlmResult(OutcomeClass.TIMEOUT, model, latency_ms=elapsed(), error="the call timed out")
         except openai.APIStatusError as error:
+            outcome, detail = classify_status(error.status_code), f"{error.status_code}: {error.message}"
+            if refuses_response_format(error.status_code, error):
+                outcome = OutcomeClass.PROVIDER_FORMAT
+                detail = (
+                    "the provider refused the response format of "
+                    f"PROVIDER_STRUCTURED_OUTPUT={self._mode.value} (check the pool's setting): {detail}"
+                )
             return LlmResult(
-                classify_status(error.status_code),
+                outcome,
                 model,
                 latency_ms=elapsed(),
                 request_id=error.request_id,
                 retry_after_seconds=parse_retry_after(error.response.headers, self._clock.now()),
-                error=f"{error.status_code}: {error.message}"[:500],
+                error=detail[:500],
                 rate_limit_headers=_rate_limit_headers(error.response.headers),
             )
         except openai.APIConnectionError as error:
@@ -170,8 +227,7 @@ class OpenAIExtractor:
             result.outcome, result.error = OutcomeClass.INVALID_OUTPUT, "the output was cut off at max tokens"
             return result
         try:
-            result.invoice = Invoice.model_validate(json.loads(message.content))
-        except (json.JSONDecodeError, ValidationError) as error:
-            result.outcome = OutcomeClass.INVALID_OUTPUT
-            result.error = f"{type(error).__name__}: {str(error)[:400]}"
+            result.invoice = parse_invoice(message.content)
+        except InvalidOutput as error:
+            result.outcome, result.error = OutcomeClass.INVALID_OUTPUT, f"invalid output: {error}"[:500]
         return result
