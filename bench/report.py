@@ -22,11 +22,22 @@ REPO_ROOT = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
 OUTPUT = REPO_ROOT / "BENCHMARKS.md"
 # In the order the sections appear (and `make bench` runs them).
-BENCHMARKS = ("acceptance", "relay", "drain", "drain_tokens", "drain_many", "scale", "openloop", "accuracy")
+BENCHMARKS = (
+    "acceptance",
+    "relay",
+    "drain",
+    "drain_tokens",
+    "drain_many",
+    "scale",
+    "openloop",
+    "accuracy",
+    "model_accuracy",
+)
 # How to make a results file whose benchmark module is not simply named after it.
 RUN_COMMANDS = {
     "drain_tokens": "python -m bench.drain --profile tokens",
     "drain_many": "python -m bench.drain --profile many-tenants",
+    "model_accuracy": "make bench-model",
 }
 
 Doc = Mapping[str, Any]
@@ -1033,6 +1044,95 @@ def accuracy_section(doc: Doc) -> list[str]:
     return lines
 
 
+MODEL_CELLS = {
+    "correct_succeeded": "correct + SUCCEEDED",
+    "wrong_review_required": "wrong + REVIEW_REQUIRED (caught)",
+    "wrong_succeeded": "**wrong + SUCCEEDED (silently wrong, target 0)**",
+    "correct_review_needless": "correct + REVIEW_REQUIRED, the document passes the policy (needless review)",
+    "correct_review_expected": "correct + REVIEW_REQUIRED, the document itself breaks the policy (expected)",
+    "failed_invalid_output": "FAILED_TERMINAL: invalid output",
+    "failed_other": "FAILED_TERMINAL: other",
+}
+
+
+def _rate_text(rate: float | None) -> str:
+    return "-" if rate is None else pct(rate)
+
+
+def model_accuracy_section(doc: Doc) -> list[str]:
+    model, engine, samples, config = doc["model"], doc["engine"], doc["samples"], doc["config"]
+    matrix, accuracy, timing = doc["confusion"], doc["accuracy"], doc["seconds_per_extraction"]
+    structured = doc["structured_output"]
+    kinds = ", ".join(f"{count} {kind.replace('_', ' ')}" for kind, count in samples["kinds"].items())
+    lines = ["## Real-model accuracy", "", *provenance("model_accuracy", doc)]
+    if config["limit"] is not None:
+        lines += [
+            f"**A smoke run:** the first {samples['count']} of the {config['count']}-invoice set. It shows "
+            "the harness and the model work end to end; it is too small to say how often the model is wrong.",
+            "",
+        ]
+    lines += [
+        f"{samples['count']} sample invoices (seed {config['samples_seed']}: {kinds}) accepted into a "
+        "scratch database and run by the worker's own attempt code (fair claim, budget permit, provider "
+        f"call, strict parsing, validation policy, fenced commit) against {model['name']} "
+        f"{model['quantization']} ({num(model['bytes'] / 1e9, 2)} GB GGUF from {model['source']}), served "
+        "on 127.0.0.1 by "
+        f"{engine['name']} {engine['version']} ({engine['build']} CPU build, {engine['threads']} threads, "
+        f"{engine['context_size']:,}-token context) in the OpenAI wire format; "
+        f"{config['decoding']}, {config['max_attempts']} attempt(s) per job. The worker sent "
+        f"`{structured['worker_sends']}`"
+        + (f" ({structured['note']})" if structured.get("note") else "")
+        + f". Prompt `{doc['prompt_version']}`, schema `{doc['response_schema']}`.",
+        "",
+        "Outcome against truth (correct: equal to the sample's truth on every field that reaches an ERP):",
+        "",
+        *table(
+            ["outcome", "documents", "share"],
+            [
+                [title, str(matrix["cells"][cell]), _rate_text(matrix["cells"][cell] / matrix["documents"])]
+                for cell, title in MODEL_CELLS.items()
+            ]
+            if matrix["documents"]
+            else [],
+            right=[1, 2],
+        ),
+        "",
+        f"- Silently wrong: {matrix['silently_wrong']} of {matrix['documents']} (target 0).",
+        f"- Caught: {_rate_text(matrix['caught_rate'])} of the {matrix['wrong']} wrong extractions went to "
+        "review.",
+        f"- Needless review: {_rate_text(matrix['needless_review_rate'])} of the correct extractions of "
+        "documents that pass the policy.",
+        f"- Seconds per extraction (one provider call, as the worker timed it): mean "
+        f"{num(timing['mean'])} s, p50 {num(timing['p50'])} s, p95 {num(timing['p95'])} s over "
+        f"{timing['n']} calls; "
+        f"{num(doc['tokens']['completion_per_second'] or 0)} completion tokens/s."
+        if timing["n"]
+        else "- No provider call finished.",
+        "",
+        "Per-field accuracy (line fields counted per line):",
+        "",
+        *table(
+            ["field", "matched", "compared", "accuracy"],
+            [
+                [name, str(score["matched"]), str(score["total"]), _rate_text(score["rate"])]
+                for name, score in accuracy["fields"].items()
+            ],
+            right=[1, 2, 3],
+        ),
+        "",
+    ]
+    dropped = doc["server"]["dropped_schema_keywords"]
+    finishes = ", ".join(
+        f"{count} {reason}" for reason, count in sorted(doc["server"]["finish_reasons"].items())
+    )
+    lines += [
+        f"Completions by how they ended: {finishes or 'none'}. Schema constraints the server could not put "
+        "in its grammar: " + (", ".join(f"`{item}`" for item in dropped) if dropped else "none") + ".",
+        "",
+    ]
+    return lines
+
+
 # --------------------------------------------------------------------------------------------- summary
 
 
@@ -1223,6 +1323,20 @@ def summary_rows(results: Mapping[str, Doc]) -> list[list[str]]:
                 "none (proves the harness)",
                 "",
                 f"`accuracy.json` {run_date(accuracy)}",
+            ]
+        )
+    model = results.get("model_accuracy")
+    if model:
+        matrix = model["confusion"]
+        smoke = " (smoke run)" if model["config"]["limit"] is not None else ""
+        rows.append(
+            [
+                f"real model: wrong extractions that SUCCEEDED{smoke}",
+                f"{matrix['silently_wrong']} of {matrix['documents']}",
+                f"caught {matrix['cells']['wrong_review_required']} of {matrix['wrong']} wrong; "
+                f"needless review {_rate_text(matrix['needless_review_rate'])}",
+                "",
+                f"`model_accuracy.json` {run_date(model)}",
             ]
         )
     return rows
@@ -1537,6 +1651,7 @@ SECTIONS: dict[str, Callable[[Doc], list[str]]] = {
     "scale": scale_section,
     "openloop": openloop_section,
     "accuracy": accuracy_section,
+    "model_accuracy": model_accuracy_section,
 }
 
 
@@ -1570,7 +1685,8 @@ def render(results: Mapping[str, Doc]) -> str:
         "time. Absolute numbers are noisy and pessimistic; the ratios against a baseline measured side by "
         "side in the same run are the figures to trust, and only within one run. The load average before "
         "and after each run is in the table below.",
-        "- AWS is moto on 127.0.0.1 and the LLM provider is a simulator, so AWS- and provider-bound figures "
+        "- AWS is moto on 127.0.0.1 and the LLM provider is a simulator (except in the real-model section), "
+        "so AWS- and provider-bound figures "
         "describe this code against those stand-ins; the sections say where that matters.",
         "",
     ]

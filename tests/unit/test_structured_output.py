@@ -186,3 +186,23 @@ def test_an_unknown_mode_is_refused_at_start():
 def test_the_sample_answer_is_an_invoice():
     # Guards the fixtures above: the cases fail for their own reason, not because ANSWER is no invoice.
     assert Invoice.model_validate_json(ANSWER) == expected_invoice(SAMPLE)
+
+
+def test_the_schema_sent_to_the_model_asks_for_evidence_on_every_value_and_the_parser_still_admits_null():
+    import json as _json
+    from typing import get_args
+
+    from tollgate.execution.extraction.schema import Invoice, invoice_json_schema
+
+    sent = _json.loads(invoice_json_schema())
+    evidence_properties = [
+        (name, spec)
+        for part in (sent, *sent["$defs"].values())
+        for name, spec in part.get("properties", {}).items()
+        if name == "evidence" or name.endswith("_evidence")
+    ]
+    assert len(evidence_properties) == 10
+    assert all(
+        spec.get("$ref") == "#/$defs/Evidence" and "anyOf" not in spec for _, spec in evidence_properties
+    )
+    assert type(None) in get_args(Invoice.model_fields["total_evidence"].annotation)
