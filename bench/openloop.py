@@ -40,7 +40,7 @@ from bench.drain import Provider, capacity, percentile
 from bench.drain import queries as drain_queries
 from bench.machine import command_line, describe_machine, load_average, write_json
 from tollgate.core.clock import new_id
-from tollgate.core.job_states import TERMINAL_STATES, JobState
+from tollgate.core.job_states import FINISHED_STATES, JobState
 from tollgate.settings import REPO_ROOT, AdmissionSettings
 from tollgate.tenants.keys import create_tenant
 from tollgate_dev.local.client import ApiClient
@@ -79,7 +79,7 @@ TARGETS = {
 
 PROBLEM_QUOTA = "tenant-over-quota"
 PROBLEM_BACKLOG = "system-overloaded"
-TERMINAL = {state.value for state in TERMINAL_STATES}
+TERMINAL = {state.value for state in FINISHED_STATES}
 OUTCOME_OF_STATE = {
     JobState.SUCCEEDED.value: "succeeded",
     JobState.REVIEW_REQUIRED.value: "review",

@@ -267,6 +267,10 @@ class ApiStack(cdk.Stack):
         job.add_method("GET", integration, **protected)
         job.add_resource("result").add_method("GET", integration, **protected)
         job.add_resource("cancel").add_method("POST", integration, **protected)
+        review = job.add_resource("review")
+        review.add_method("GET", integration, **protected)
+        review.add_method("POST", integration, **protected)
+        self.api.root.add_resource("reviews").add_method("GET", integration, **protected)
 
         openapi = self.api.root.add_resource("openapi.json").add_method(
             "GET",

@@ -257,6 +257,14 @@ class StageConfig(BaseModel):
             "is above the provider's real quota."
         ),
     )
+    review_age_alarm_seconds: int = Field(
+        default=86_400,
+        ge=600,
+        description=(
+            "Alarm when the oldest result waiting for a reviewer has waited longer: its invoice has not "
+            "reached the ERP. A day by default; a stage with a review service level sets its own."
+        ),
+    )
     alarm_email: str | None = Field(
         default=None,
         pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$",

@@ -24,11 +24,16 @@ from stacks.constructs.backlog_metrics import (
     COUNTER_DRIFT,
     OLDEST_ELIGIBLE_JOB_AGE,
     OLDEST_UNPUBLISHED_OUTBOX_AGE,
+    OLDEST_WAITING_REVIEW_AGE,
+    REVIEW_DECISIONS,
+    REVIEWS_WAITING,
     RUNNABLE_JOBS,
     RUNNING_JOBS,
     UNPUBLISHED_OUTBOX_EVENTS,
     WAITING_RETRIES,
+    scheduler_count,
     scheduler_metric,
+    time_to_decision,
 )
 from stacks.constructs.error_log_metric import ErrorLogMetric
 from stacks.constructs.service_metrics import (
@@ -37,8 +42,10 @@ from stacks.constructs.service_metrics import (
     DELIVERY_ATTEMPTS_FAILED,
     ENDPOINT_ALERTS,
     ENDPOINTS_DISABLED,
+    EXTRACTIONS_VALIDATED,
     PROVIDER_CALLS,
     PROVIDER_THROTTLED,
+    REVIEWS_REQUIRED,
     WEBHOOK_ATTEMPT_SERVICE,
     WEBHOOK_ENDPOINT_ALERTS,
     WORKER_ERRORS,
@@ -51,6 +58,8 @@ QUEUE_PERIOD = cdk.Duration.minutes(1)
 GAUGE_PERIODS = 3
 # Five-minute periods of a high 429 share before paging: the adaptive rate settles well within them.
 THROTTLING_PERIODS = 3
+# The review rate is a share over hours of extractions, not minutes: a quiet minute's few reviews say little.
+REVIEW_PERIOD = cdk.Duration.hours(1)
 RUNBOOK_SECTION = "README.md, section *Operations*, list *Runbook, by alarm*"
 
 # Dashboard grid: 24 columns wide.
@@ -103,11 +112,24 @@ class ObservabilityStack(cdk.Stack):
             period=COUNT_PERIOD,
             label="Answered 429 (%)",
         )
+        self.review_rate = cloudwatch.MathExpression(
+            # The share of validated results that went to review; no results in a period is no data.
+            expression="IF(validated > 0, 100 * FILL(review, 0) / validated)",
+            using_metrics={
+                "validated": service_metric(WORKER_SERVICE, EXTRACTIONS_VALIDATED).with_(
+                    period=REVIEW_PERIOD
+                ),
+                "review": service_metric(WORKER_SERVICE, REVIEWS_REQUIRED).with_(period=REVIEW_PERIOD),
+            },
+            period=REVIEW_PERIOD,
+            label="Sent to review (%)",
+        )
 
         self._api_alarms(rest_api)
         pipeline = self._pipeline_alarms(config, jobs_queue, dead_letter_queue)
         execution = self._jobs_alarms(config)
         delivery = self._delivery_alarms(config, webhook_state_machine)
+        review = self._review_alarms(config)
         self.alarm_topic.notify(*self.alarms)
 
         # One per stage, named for it: dashboard names are unique per account, and so are stage names.
@@ -119,6 +141,7 @@ class ObservabilityStack(cdk.Stack):
         self._jobs_row(config, worker_service, execution)
         self._provider_row(execution)
         self._delivery_row(webhook_state_machine, delivery)
+        self._review_row(review)
 
         cdk.CfnOutput(self, "AlarmTopicArn", value=self.alarm_topic.topic.topic_arn)
         cdk.CfnOutput(
@@ -311,6 +334,22 @@ class ObservabilityStack(cdk.Stack):
             ),
         }
 
+    def _review_alarms(self, config: StageConfig) -> dict[str, cloudwatch.Alarm]:
+        return {
+            "review_age": self._alarm(
+                "ReviewAge",
+                description=(
+                    f"A result has waited more than {config.review_age_alarm_seconds} s for a reviewer: its "
+                    "invoice has not reached the tenant's ERP. `tollgate reviews list` shows the queue, "
+                    "oldest first; decide with `tollgate reviews decide` or a key with the review scope. "
+                    "No data does not alarm: the outbox age alarm already reports a silent scheduler."
+                ),
+                metric=scheduler_metric(OLDEST_WAITING_REVIEW_AGE),
+                threshold=config.review_age_alarm_seconds,
+                evaluation_periods=GAUGE_PERIODS,
+            ),
+        }
+
     def _overview(self, config: StageConfig) -> None:
         self.dashboard.add_widgets(
             cloudwatch.TextWidget(markdown=overview_markdown(config), width=FULL, height=2)
@@ -485,6 +524,34 @@ class ObservabilityStack(cdk.Stack):
             ),
         )
 
+    def _review_row(self, alarms: dict[str, cloudwatch.Alarm]) -> None:
+        labels = {"approve": "Approved", "correct": "Corrected", "reject": "Rejected"}
+        self._row(
+            "Review: do people decide what validation could not?",
+            graph(
+                "Sent to review (%)",
+                [self.review_rate],
+                width=QUARTER,
+            ),
+            graph(
+                "Waiting reviews",
+                [scheduler_metric(REVIEWS_WAITING, label="Waiting")],
+                right=[scheduler_metric(OLDEST_WAITING_REVIEW_AGE, label="Oldest (s)")],
+                right_annotations=[alarms["review_age"].to_annotation()],
+                width=QUARTER,
+            ),
+            graph(
+                "Decisions",
+                [scheduler_count(name, label=labels[kind]) for kind, name in REVIEW_DECISIONS.items()],
+                width=QUARTER,
+            ),
+            graph(
+                "Time to decision (s)",
+                [time_to_decision(percentile) for percentile in ("p50", "p95")],
+                width=QUARTER,
+            ),
+        )
+
 
 def overview_markdown(config: StageConfig) -> str:
     """The note at the top: how the rows are ordered, and where the runbook is."""
@@ -492,7 +559,8 @@ def overview_markdown(config: StageConfig) -> str:
     return (
         f"# Tollgate {config.stage}\n"
         "Top to bottom: is the API answering, do accepted jobs reach the queue, do workers keep up, is the "
-        "provider throttling us, do tenants get their webhooks. Every alarm says what it means in its "
+        "provider throttling us, do tenants get their webhooks, do reviewers keep up. Every alarm says what "
+        "it means in its "
         f"description; what to do is in {runbook}."
     )
 

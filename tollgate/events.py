@@ -22,6 +22,7 @@ EXTRACTION_REQUESTED = "extraction.requested.v1"
 EXTRACTION_COMPLETED = "extraction.completed.v1"
 EXTRACTION_REVIEW_REQUIRED = "extraction.review_required.v1"
 EXTRACTION_FAILED = "extraction.failed.v1"
+EXTRACTION_REJECTED = "extraction.rejected.v1"
 
 
 class UnknownEventType(ValueError):
@@ -68,13 +69,15 @@ class JobOutcome(EventPayload):
         description="Attempts started when the job reached this state (0 when it expired before its first).",
     )
     review_reasons: list[str] = Field(
-        description="Codes of the validation rules the result broke; empty unless REVIEW_REQUIRED."
+        description="Codes of the validation rules the result broke; empty unless REVIEW_REQUIRED or "
+        "REJECTED."
     )
     reason: str | None = Field(description="Why the job failed; null unless the state is FAILED_TERMINAL.")
 
 
 class ExtractionCompleted(JobOutcome):
-    """The job succeeded: its result passed validation and can be fetched."""
+    """The job succeeded: its result passed validation, or a reviewer approved or corrected it (the
+    correction re-validated), and its accepted result can be fetched."""
 
     event_type: ClassVar[str] = EXTRACTION_COMPLETED
 
@@ -97,6 +100,19 @@ class ExtractionReviewRequired(JobOutcome):
     reason: None = Field(default=None, description="Always null.")
 
 
+class ExtractionRejected(JobOutcome):
+    """A reviewer rejected the job's result: it broke validation rules and no corrected version was
+    accepted. The job is final; there is no result to fetch, and GET .../review shows the decision."""
+
+    event_type: ClassVar[str] = EXTRACTION_REJECTED
+
+    state: Literal["REJECTED"] = Field(default="REJECTED", description="The job's state: REJECTED.")
+    review_reasons: list[str] = Field(
+        min_length=1, description="Codes of the validation rules the rejected result broke (at least one)."
+    )
+    reason: None = Field(default=None, description="Always null.")
+
+
 class ExtractionFailed(JobOutcome):
     """The job ended without a result, by the worker (a refusal, attempts used up) or by the scheduler (a
     lease that expired with nothing left to try, a deadline that passed)."""
@@ -115,10 +131,24 @@ class ExtractionFailed(JobOutcome):
 
 PAYLOADS: dict[str, type[EventPayload]] = {
     model.event_type: model
-    for model in (ExtractionRequested, ExtractionCompleted, ExtractionReviewRequired, ExtractionFailed)
+    for model in (
+        ExtractionRequested,
+        ExtractionCompleted,
+        ExtractionReviewRequired,
+        ExtractionRejected,
+        ExtractionFailed,
+    )
 }
 # What tenants' endpoints can subscribe to; the requested event stays inside Tollgate.
-WEBHOOK_EVENT_TYPES = (EXTRACTION_COMPLETED, EXTRACTION_REVIEW_REQUIRED, EXTRACTION_FAILED)
+WEBHOOK_EVENT_TYPES = (
+    EXTRACTION_COMPLETED,
+    EXTRACTION_REVIEW_REQUIRED,
+    EXTRACTION_REJECTED,
+    EXTRACTION_FAILED,
+)
+# What an endpoint gets when it names no types: every outcome an ERP acts on. A result waiting for review is
+# not one (its data is not accepted), so review_required goes only to endpoints that ask for it.
+DEFAULT_SUBSCRIPTION = (EXTRACTION_COMPLETED, EXTRACTION_FAILED, EXTRACTION_REJECTED)
 
 
 def payload_model(event_type: str) -> type[EventPayload]:

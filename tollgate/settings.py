@@ -385,6 +385,11 @@ class SupportDatabaseSettings(SystemDatabaseSettings):
     redrive_deadline_seconds: int = Field(
         default=3600, ge=60, description="A redriven job's deadline is at least this far from now."
     )
+    documents_bucket: str | None = Field(
+        default=None,
+        description="Versioned S3 bucket holding tenants' documents; `tollgate reviews show|decide` read a "
+        "document too large for its row from it.",
+    )
 
 
 class SupportSettings(SupportDatabaseSettings):

@@ -38,6 +38,7 @@ from tollgate.ingress.consumer import IngressDeps
 from tollgate.outbox.nudge import LambdaNudger, NoNudge, Nudger
 from tollgate.outbox.relay import RelayDeps
 from tollgate.outbox.sqs import SqsFifoPublisher
+from tollgate.review.service import ReviewDeps
 from tollgate.scheduler.retention import RetentionPolicy, S3RetentionStore
 from tollgate.scheduler.tick import SchedulerDeps
 from tollgate.settings import (
@@ -85,6 +86,7 @@ def build_api(settings: ApiSettings, db: Database | None = None, nudger: Nudger 
             db, clock, new_id, new_secret, allow_private_targets=settings.webhooks_allow_private_targets
         ),
         replays=replays,
+        reviews=ReviewDeps(db, store, clock, new_id, nudger),
     )
 
 
@@ -288,3 +290,22 @@ def build_support(
         extra_attempts=settings.redrive_extra_attempts,
         deadline_seconds=settings.redrive_deadline_seconds,
     )
+
+
+def build_review_cli(settings: SupportDatabaseSettings, *, aws: AwsEndpoint | None = None) -> ReviewDeps:
+    """The review commands' dependencies: the database as the system role, and the documents bucket when
+    the settings name one (a document kept in its row needs none)."""
+    store = None
+    if settings.documents_bucket:
+        session = (
+            boto3.session.Session(
+                aws_access_key_id=aws.access_key_id,
+                aws_secret_access_key=aws.secret_access_key,
+                region_name=aws.region,
+            )
+            if aws
+            else boto3.session.Session()
+        )
+        client = session.client("s3", endpoint_url=aws.url if aws else None)
+        store = S3DocumentStore(client, settings.documents_bucket)
+    return ReviewDeps(build_database(settings, pool_name="reviews"), store, SystemClock(), new_id)

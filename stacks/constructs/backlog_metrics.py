@@ -22,6 +22,12 @@ OLDEST_ELIGIBLE_JOB_AGE = published.OLDEST_ELIGIBLE_JOB_AGE
 OLDEST_UNPUBLISHED_OUTBOX_AGE = published.OLDEST_UNPUBLISHED_OUTBOX_AGE
 UNPUBLISHED_OUTBOX_EVENTS = published.UNPUBLISHED_OUTBOX_EVENTS
 COUNTER_DRIFT = published.COUNTER_DRIFT
+# The review queue, once a tick: how many results wait for a reviewer and the oldest one's age (seconds);
+# and each decision, once: a count per kind and the seconds it waited (one value per decision).
+REVIEWS_WAITING = published.REVIEWS_WAITING
+OLDEST_WAITING_REVIEW_AGE = published.OLDEST_WAITING_REVIEW_AGE
+REVIEW_TIME_TO_DECISION = published.REVIEW_TIME_TO_DECISION
+REVIEW_DECISIONS = published.REVIEW_DECISIONS
 
 
 def scheduler_metric(metric_name: str, *, label: str | None = None) -> cloudwatch.Metric:
@@ -33,4 +39,28 @@ def scheduler_metric(metric_name: str, *, label: str | None = None) -> cloudwatc
         statistic=cloudwatch.Stats.MAXIMUM,
         period=cdk.Duration.minutes(1),
         label=label,
+    )
+
+
+def scheduler_count(metric_name: str, *, label: str | None = None) -> cloudwatch.Metric:
+    """A count the scheduler publishes once a tick (decisions it has seen since the last), summed per hour."""
+    return cloudwatch.Metric(
+        namespace=METRICS_NAMESPACE,
+        metric_name=metric_name,
+        dimensions_map={"service": SCHEDULER_SERVICE},
+        statistic=cloudwatch.Stats.SUM,
+        period=cdk.Duration.hours(1),
+        label=label,
+    )
+
+
+def time_to_decision(percentile: str) -> cloudwatch.Metric:
+    """The seconds a review waited for its decision, as a percentile (p50, p95) per hour of decisions."""
+    return cloudwatch.Metric(
+        namespace=METRICS_NAMESPACE,
+        metric_name=REVIEW_TIME_TO_DECISION,
+        dimensions_map={"service": SCHEDULER_SERVICE},
+        statistic=percentile,
+        period=cdk.Duration.hours(1),
+        label=f"Time to decision {percentile} (s)",
     )

@@ -25,6 +25,10 @@ PROVIDER_THROTTLED = counted.PROVIDER_THROTTLED
 DELIVERY_ATTEMPTS_FAILED = counted.DELIVERY_ATTEMPTS_FAILED
 DELIVERIES_GAVE_UP = counted.DELIVERIES_GAVE_UP
 ENDPOINTS_DISABLED = counted.ENDPOINTS_DISABLED
+# tollgate-worker, per result it validated, and per result that went to review (0 or 1 each time): their
+# ratio is the review rate.
+EXTRACTIONS_VALIDATED = counted.EXTRACTIONS_VALIDATED
+REVIEWS_REQUIRED = counted.REVIEWS_REQUIRED
 
 # Counted by metric filters on log groups, which publish without any dimension.
 WORKER_ERRORS = "WorkerErrors"

@@ -30,6 +30,9 @@ JOB_ROUTES = {
     ("GET", "/extraction-jobs/{id}"),
     ("GET", "/extraction-jobs/{id}/result"),
     ("POST", "/extraction-jobs/{id}/cancel"),
+    ("GET", "/extraction-jobs/{id}/review"),
+    ("POST", "/extraction-jobs/{id}/review"),
+    ("GET", "/reviews"),
 }
 PUBLIC_ROUTES = {("GET", "/openapi.json")}
 

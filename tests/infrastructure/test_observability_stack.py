@@ -23,6 +23,10 @@ from stacks.constructs.backlog_metrics import (
     COUNTER_DRIFT,
     OLDEST_ELIGIBLE_JOB_AGE,
     OLDEST_UNPUBLISHED_OUTBOX_AGE,
+    OLDEST_WAITING_REVIEW_AGE,
+    REVIEW_DECISIONS,
+    REVIEW_TIME_TO_DECISION,
+    REVIEWS_WAITING,
     RUNNABLE_JOBS,
     RUNNING_JOBS,
     SCHEDULER_SERVICE,
@@ -34,8 +38,10 @@ from stacks.constructs.service_metrics import (
     DELIVERY_ATTEMPTS_FAILED,
     ENDPOINT_ALERTS,
     ENDPOINTS_DISABLED,
+    EXTRACTIONS_VALIDATED,
     PROVIDER_CALLS,
     PROVIDER_THROTTLED,
+    REVIEWS_REQUIRED,
     WEBHOOK_ATTEMPT_SERVICE,
     WEBHOOK_ENDPOINT_ALERTS,
     WORKER_ERRORS,
@@ -65,8 +71,9 @@ ALARMS = {
     "DeliveriesGaveUp",
     "EndpointsDisabled",
     "EndpointAlerts",
+    "ReviewAge",
 }
-ROWS = ["API", "Pipeline", "Jobs", "Provider", "Delivery"]
+ROWS = ["API", "Pipeline", "Jobs", "Provider", "Delivery", "Review"]
 
 
 def _alarms(template: Template) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -292,6 +299,45 @@ def test_provider_429_rate_alarms_only_on_periods_with_calls(
     assert alarm["EvaluationPeriods"] == 3
 
 
+def test_a_review_waiting_past_the_stages_age_alarms(observability_template: Template) -> None:
+    config = StageConfig(stage="dev")
+    alarm = _alarm(observability_template, "ReviewAge")
+
+    assert (alarm["Namespace"], alarm["MetricName"]) == ("Tollgate", OLDEST_WAITING_REVIEW_AGE)
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": SCHEDULER_SERVICE}]
+    assert (alarm["Statistic"], alarm["Period"]) == ("Maximum", 60)
+    assert alarm["Threshold"] == config.review_age_alarm_seconds == 86_400
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert alarm["EvaluationPeriods"] == 3
+    # A silent scheduler already breaches the outbox age alarm; one cause, one page.
+    assert alarm["TreatMissingData"] == "notBreaching"
+    assert "tollgate reviews list" in alarm["AlarmDescription"]
+
+
+def test_the_review_age_alarm_follows_the_stage_setting() -> None:
+    assert StageConfig(stage="prod", review_age_alarm_seconds=4 * 3600).review_age_alarm_seconds == 14_400
+    with pytest.raises(ValidationError, match="review_age_alarm_seconds"):
+        StageConfig(stage="prod", review_age_alarm_seconds=5)
+
+
+def test_the_review_row_graphs_the_rate_the_queue_decisions_and_time_to_decision(
+    observability_template: Template,
+) -> None:
+    _, widgets = _dashboard(observability_template)
+    titles = {widget["properties"].get("title"): widget for widget in widgets if widget["type"] == "metric"}
+    rate = titles["Sent to review (%)"]["properties"]["metrics"]
+    (expression,) = [entry[0] for entry in rate if isinstance(entry[0], dict) and "expression" in entry[0]]
+    assert re.fullmatch(
+        r"IF\(validated > 0, 100 \* FILL\(review, 0\) / validated\)", expression["expression"]
+    )
+    watched = {entry[1] for entry in rate if isinstance(entry[0], str)}
+    assert watched == {EXTRACTIONS_VALIDATED, REVIEWS_REQUIRED}
+    timing = titles["Time to decision (s)"]["properties"]["metrics"]
+    assert sorted(entry[-1]["stat"] for entry in timing) == ["p50", "p95"]
+    decisions = titles["Decisions"]["properties"]["metrics"]
+    assert {entry[1] for entry in decisions} == set(REVIEW_DECISIONS.values())
+
+
 def test_a_drifted_run_queue_counter_alarms(observability_template: Template) -> None:
     alarm = _alarm(observability_template, "CounterDrift")
 
@@ -449,6 +495,10 @@ def test_the_dashboard_graphs_every_watched_metric(observability_template: Templ
         DELIVERIES_GAVE_UP,
         ENDPOINTS_DISABLED,
         WEBHOOK_ENDPOINT_ALERTS,
+        REVIEWS_WAITING,
+        OLDEST_WAITING_REVIEW_AGE,
+        REVIEW_TIME_TO_DECISION,
+        *REVIEW_DECISIONS.values(),
         "Count",
         "4XXError",
         "5XXError",
@@ -462,6 +512,7 @@ def test_the_dashboard_graphs_every_watched_metric(observability_template: Templ
         "ExecutionsFailed",
     } <= graphed
     assert any("throttled" in expression and "calls" in expression for expression in expressions)
+    assert any("review" in expression and "validated" in expression for expression in expressions)
 
 
 def test_the_dashboard_reads_top_to_bottom(observability_template: Template) -> None:

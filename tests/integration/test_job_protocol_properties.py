@@ -29,7 +29,7 @@ from tollgate.accept.models import CreateJobRequest
 from tollgate.accept.service import AcceptanceDeps, accept_job, cancel_job
 from tollgate.core.clock import FakeClock, new_id
 from tollgate.core.errors import InvalidState
-from tollgate.core.job_states import TERMINAL_STATES, JobState, can_transition
+from tollgate.core.job_states import FINISHED_STATES, JobState, can_transition
 from tollgate.core.metrics import RecordedMetrics
 from tollgate.core.retry import RetryPolicy
 from tollgate.db import Database
@@ -79,7 +79,7 @@ ANSWERS: dict[str, tuple[Callable[[], LlmResult], str]] = {
 MOVES = ("claim", "complete", "heartbeat", "release", "stall")
 OPERATIONS = ("tick", "submit", "cancel", "redrive")
 DEADLINES = st.sampled_from([3600, 600, 150])
-UNFINISHED = [state.value for state in JobState if not state.is_terminal]
+UNFINISHED = [state.value for state in JobState if not state.is_finished]
 
 
 @dataclass(frozen=True)
@@ -496,7 +496,7 @@ class JobProtocol(RuleBasedStateMachine):
                 "next_attempt_at": job.next_attempt_at,
                 "deadline_at": job.deadline_at,
                 "reason": job.reason,
-                "finished": job.state in TERMINAL_STATES,
+                "finished": job.state in FINISHED_STATES,
             }
             assert {k: row[k] for k in expected} == expected, f"job {job_id} differs from the model"
 
@@ -530,7 +530,7 @@ class JobProtocol(RuleBasedStateMachine):
             recounted = self.owner.execute(RECOUNT_SQL, {"tenant": tenant}).fetchone()
             assert kept == recounted, f"tenant {tenant}'s counters drifted from a recount"
             mine = [j for j in self.jobs.values() if j.tenant_id == tenant]
-            assert kept["pending_jobs"] == sum(not j.state.is_terminal for j in mine)
+            assert kept["pending_jobs"] == sum(not j.state.is_finished for j in mine)
             assert kept["running_jobs"] == sum(j.state is JobState.RUNNING for j in mine)
             assert kept["ready_jobs"] == sum(j.state is JobState.READY for j in mine)
             assert kept["retry_jobs"] == sum(j.state is JobState.RETRY_SCHEDULED for j in mine)
@@ -546,7 +546,7 @@ class JobProtocol(RuleBasedStateMachine):
             return
         redriven = audits > before["audits"]
         old, new = JobState(before["state"]), JobState(row["state"])
-        if old.is_terminal and not redriven:
+        if old.is_final and not redriven:
             assert {**row, "audits": audits} == before, f"terminal job {job_id} changed without a redrive"
         if redriven:
             assert (old, new) == (JobState.FAILED_TERMINAL, JobState.READY)

@@ -61,7 +61,7 @@ def test_a_jobs_key_cannot_manage_webhooks_and_a_webhooks_key_cannot_touch_jobs(
 
 
 def test_every_route_needs_a_scope(stack, system_db, tenant, clean_db):
-    # No route needs review yet, so a key holding only it is refused everywhere it is checked.
+    # A key holding only review is refused by every route outside the review routes.
     ops = keyed_client(stack, system_db, tenant, Scope.REVIEW)
     some = uuid4()
     for method, path in [

@@ -394,3 +394,43 @@ def test_a_message_left_on_the_jobs_queue_is_caught(world):
 
     assert report.broken == {QUEUES_RECONCILED}
     assert report.invariants[QUEUES_RECONCILED].violations == ["1 messages still on the jobs queue"]
+
+
+def _reviewed_and_approved(world: World) -> UUID:
+    """A third invoice whose extraction fails validation, approved by a reviewer, its webhooks sent."""
+    from tests.integration.test_execution import extraction
+    from tollgate.review.models import ReviewDecisionRequest
+    from tollgate.review.service import ReviewDeps, Reviewer, decide_review, get_review
+
+    job_id = world.submit("reviewed")
+    world.run_pipeline(ok(extraction(total="999.70")))
+    deps = ReviewDeps(world.system_db, None, SystemClock(), new_id)  # type: ignore[arg-type]
+    version = get_review(deps, world.tenant_id, job_id).state_version
+    request = ReviewDecisionRequest(decision="approve", note="checked against the paper invoice")
+    decide_review(
+        deps, world.tenant_id, job_id, request, expected_version=version, reviewer=Reviewer("ledger")
+    )
+    relay_outbox(world.relay)
+    return job_id
+
+
+def test_a_job_approved_by_a_reviewer_keeps_every_promise_and_reaches_the_erp_once(world):
+    job_id = _reviewed_and_approved(world)
+
+    report = world.check()
+
+    assert report.ok, {k: v.violations for k, v in report.invariants.items()}
+    assert report.totals["jobs SUCCEEDED"] == 3
+    assert effect_of(world, job_id).state == "SUCCEEDED", "one effect: the ERP never saw it waiting"
+
+
+def test_a_review_decision_that_announced_nothing_is_caught(world):
+    job_id = _reviewed_and_approved(world)
+    world.sql(
+        "DELETE FROM outbox_events WHERE aggregate_id = %s AND event_type = 'extraction.completed.v1'", job_id
+    )
+
+    report = world.check()
+
+    assert NO_LOST_EVENTS in report.broken
+    assert any("reviewed, but its events say" in v for v in report.invariants[NO_LOST_EVENTS].violations)

@@ -659,9 +659,10 @@ def test_no_transaction_is_open_while_an_archive_is_stored(
     assert seen == [0]
 
 
-# Each batch's scan, the parameters it runs with, and the index (migration 0011) it must walk.
+# Each batch's scan, the parameters it runs with, and the index (migration 0011, or 0014 for the jobs: it
+# leaves out jobs waiting for a reviewer) it must walk.
 BATCH_SCANS = {
-    "expired_jobs": ({"now": START, "default_days": 30, "limit": 500}, "extraction_jobs_retention"),
+    "expired_jobs": ({"now": START, "default_days": 30, "limit": 500}, "extraction_jobs_retention_decided"),
     "delete_expired_deliveries": (
         {"now": START, "default_days": 30, "limit": 500},
         "webhook_deliveries_retention",

@@ -35,6 +35,7 @@ from tollgate.events import WEBHOOK_EVENT_TYPES
 from tollgate.execution.attempt import run_attempt
 from tollgate.outbox.relay import RelayDeps, relay_outbox
 from tollgate.scheduler.tick import SchedulerDeps, run_scheduler
+from tollgate.tenants.suppliers import add_supplier
 from tollgate_dev.local.client import ApiClient
 from tollgate_dev.local.stepfunctions import create_dispatcher, release_dispatcher
 from tollgate_dev.receiver import WebhookReceiver
@@ -135,10 +136,12 @@ def dispatcher(system_db, local_aws):
 
 
 @pytest.fixture
-def secured_tenant(make_tenant, stack_factory):
-    """A tenant on a stack that lets endpoints live on 127.0.0.1 (local development)."""
+def secured_tenant(make_tenant, stack_factory, system_db):
+    """A tenant on a stack that lets endpoints live on 127.0.0.1 (local development), with the supplier of
+    the invoice its jobs extract on file: they succeed, and an ERP endpoint gets their completed event."""
     stack = stack_factory(webhooks_allow_private_targets=True)
     tenant = make_tenant("erp-owner", base_url=stack.api_url)
+    add_supplier(system_db, tenant.tenant_id, "Nordwind Logistik GmbH", "DE89370400440532013000", new_id)
     return tenant, ApiClient(stack.api_url, tenant.api_key)
 
 

@@ -47,10 +47,11 @@ def test_registering_returns_the_secret_once(client):
 
     assert created.status == 201
     assert created.json["secret"].startswith("whsec_")
+    # Without a choice, what an ERP acts on; review_required (unaccepted data) only when asked for.
     assert sorted(created.json["event_types"]) == [
         "extraction.completed.v1",
         "extraction.failed.v1",
-        "extraction.review_required.v1",
+        "extraction.rejected.v1",
     ]
     listed = client.request("GET", "/webhook-endpoints").json["items"]
     assert [e["endpoint_id"] for e in listed] == [created.json["endpoint_id"]]

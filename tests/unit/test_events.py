@@ -14,8 +14,10 @@ from pydantic import ValidationError
 
 from tests.support import EVENT_SCHEMAS, valid_webhook
 from tollgate.events import (
+    DEFAULT_SUBSCRIPTION,
     EXTRACTION_COMPLETED,
     EXTRACTION_FAILED,
+    EXTRACTION_REJECTED,
     EXTRACTION_REQUESTED,
     EXTRACTION_REVIEW_REQUIRED,
     PAYLOADS,
@@ -23,6 +25,7 @@ from tollgate.events import (
     WEBHOOKS,
     ExtractionCompleted,
     ExtractionFailed,
+    ExtractionRejected,
     ExtractionRequested,
     ExtractionReviewRequired,
     UnknownEventType,
@@ -236,6 +239,21 @@ def test_review_required_needs_its_reasons_and_completed_has_none():
         ExtractionCompleted(job_id=JOB, tenant_id=TENANT, state_version=3, attempt=1, review_reasons=["x"])
 
 
+def test_a_rejection_names_the_rules_the_rejected_result_broke():
+    rejected = ExtractionRejected(
+        job_id=JOB, tenant_id=TENANT, state_version=4, attempt=1, review_reasons=["total_mismatch"]
+    )
+    assert rejected.model_dump(mode="json")["state"] == "REJECTED"
+    with pytest.raises(ValidationError):
+        ExtractionRejected(job_id=JOB, tenant_id=TENANT, state_version=4, attempt=1, review_reasons=[])
+
+
+def test_the_default_subscription_is_what_an_erp_acts_on_and_review_required_is_opt_in():
+    assert set(DEFAULT_SUBSCRIPTION) == {EXTRACTION_COMPLETED, EXTRACTION_FAILED, EXTRACTION_REJECTED}
+    assert EXTRACTION_REVIEW_REQUIRED in WEBHOOK_EVENT_TYPES
+    assert set(DEFAULT_SUBSCRIPTION) < set(WEBHOOK_EVENT_TYPES)
+
+
 def test_the_outbox_row_takes_type_tenant_and_aggregate_from_the_event():
     row = outbox_row(failed(), event_id=TENANT, trace_context="00-abc-def-01")
     assert (row["event_type"], row["tenant_id"], row["aggregate_id"]) == (EXTRACTION_FAILED, TENANT, JOB)
@@ -258,6 +276,9 @@ EVENTS = {
     EXTRACTION_COMPLETED: ExtractionCompleted(job_id=JOB, tenant_id=TENANT, state_version=3, attempt=1),
     EXTRACTION_REVIEW_REQUIRED: ExtractionReviewRequired(
         job_id=JOB, tenant_id=TENANT, state_version=3, attempt=1, review_reasons=["total_mismatch"]
+    ),
+    EXTRACTION_REJECTED: ExtractionRejected(
+        job_id=JOB, tenant_id=TENANT, state_version=4, attempt=1, review_reasons=["total_mismatch"]
     ),
     EXTRACTION_FAILED: failed(),
 }

@@ -100,12 +100,28 @@ class JobPage(BaseModel):
     next_cursor: str | None = Field(description="Pass as ?cursor= to get the next page; null at the end.")
 
 
+class ResultReview(BaseModel):
+    """The reviewer's decision that accepted this version."""
+
+    decision: Literal["approve", "correct"]
+    reviewer: str
+    note: str
+    decided_at: datetime
+
+
 class JobResultView(BaseModel):
+    """A SUCCEEDED job's accepted result: the model's (version 1) when it passed validation, or the version a
+    reviewer accepted (2): approved as it was, or corrected and re-validated."""
+
     job_id: UUID
     state: JobState
-    policy_version: str
+    version: int = Field(description="1: the model's result; 2: the version a reviewer accepted.")
+    policy_version: str = Field(description="The validation policy that judged this version.")
     result: dict[str, object]
-    review_reasons: list[dict[str, object]]
+    review_reasons: list[dict[str, object]] = Field(
+        description="Empty, except for an approved version: the reasons the reviewer overrode."
+    )
+    review: ResultReview | None = Field(description="Null for the model's own result.")
     created_at: datetime
 
 

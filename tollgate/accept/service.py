@@ -29,6 +29,7 @@ from tollgate.accept.models import (
     JobPage,
     JobResultView,
     JobView,
+    ResultReview,
 )
 from tollgate.core.clock import Clock, IdFactory
 from tollgate.core.documents import (
@@ -369,17 +370,36 @@ def list_jobs(
 
 
 def get_job_result(db: Database, tenant_id: UUID, job_id: UUID) -> JobResultView:
+    """A SUCCEEDED job's accepted result. A result waiting for review, or rejected, is not accepted data: 409
+    with a link to the review, never the data itself."""
     with db.transaction(tenant_id) as conn:
         row = conn.execute(db.q.get_job_result, {"tenant_id": tenant_id, "job_id": job_id}).fetchone()
         job = (
             None if row else conn.execute(db.q.get_job, {"tenant_id": tenant_id, "job_id": job_id}).fetchone()
         )
-    if row is not None:
-        return JobResultView.model_validate(row)
-    if job is None:
+    if row is not None and row["state"] == JobState.SUCCEEDED:
+        review = None
+        if row["decision"] is not None:
+            review = ResultReview.model_validate(row)
+        return JobResultView.model_validate({**row, "review": review})
+    found = row if row is not None else job
+    if found is None:
         raise NotFound(f"no extraction job {job_id}")
-    state = JobState(job["state"])
-    if state.is_terminal:
+    state = JobState(found["state"])
+    review_link = f"/extraction-jobs/{job_id}/review"
+    if state is JobState.REVIEW_REQUIRED:
+        raise InvalidState(
+            "the job's result failed validation and waits for a reviewer; it is not accepted data",
+            state=state.value,
+            review=review_link,
+        )
+    if state is JobState.REJECTED:
+        raise InvalidState(
+            "a reviewer rejected the job's result; there is none to fetch",
+            state=state.value,
+            review=review_link,
+        )
+    if state.is_finished:
         raise InvalidState(f"the job ended {state.value} and has no result", state=state.value)
     raise InvalidState(f"the job is {state.value}; its result is not ready yet", state=state.value)
 

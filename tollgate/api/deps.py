@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from tollgate.accept.service import AcceptanceDeps
 from tollgate.delivery.deliveries import ReplayDeps
 from tollgate.delivery.endpoints import EndpointDeps
+from tollgate.review.service import ReviewDeps
 
 # The JSON envelope around a document (keys, quotes, escapes) on top of the document's own limit.
 ENVELOPE_ALLOWANCE = 64 * 1024
@@ -18,6 +19,7 @@ class ApiDeps:
     webhooks: EndpointDeps | None = None
     # None where no dispatcher is deployed: replays answer 503.
     replays: ReplayDeps | None = None
+    reviews: ReviewDeps | None = None
 
     @property
     def max_request_bytes(self) -> int:

@@ -19,6 +19,7 @@ from pydantic import SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from rich.console import Console
 
+from tollgate.cli.reviews import reviews_app
 from tollgate.cli.support import deliveries_app, dlq_app, jobs_app
 from tollgate.settings import MIGRATIONS_DIR, REPO_ROOT, DatabaseSettings
 
@@ -37,6 +38,7 @@ app.add_typer(events_app, name="events")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(deliveries_app, name="deliveries")
+app.add_typer(reviews_app, name="reviews")
 
 console = Console()
 # What a script capturing stdout must not get mixed into its value (e.g. the API key of `tenants create`).

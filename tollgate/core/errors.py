@@ -60,6 +60,24 @@ class InvalidState(TollgateError):
     title = "The job is not in a state that allows this"
 
 
+class PreconditionFailed(TollgateError):
+    problem_type = "precondition-failed"
+    status = 412
+    title = "The resource changed since you read it"
+
+
+class PreconditionRequired(TollgateError):
+    problem_type = "precondition-required"
+    status = 428
+    title = "Say which version you acted on (If-Match)"
+
+
+class CorrectionFailsValidation(TollgateError):
+    problem_type = "correction-fails-validation"
+    status = 422
+    title = "The corrected result still fails validation"
+
+
 class PayloadTooLarge(TollgateError):
     problem_type = "payload-too-large"
     status = 413

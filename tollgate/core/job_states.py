@@ -1,4 +1,11 @@
-"""Job states and the one table of allowed transitions; mirrors the CHECK constraint on extraction_jobs."""
+"""Job states and the one table of allowed transitions; mirrors the CHECK constraint on extraction_jobs.
+
+Two sets name what a state means to the rest of the system:
+- finished: the pipeline is done with the job. No lease, a finish time, nothing counted as work (admission,
+  the run-queues, the backlog): SUCCEEDED, REVIEW_REQUIRED, REJECTED, FAILED_TERMINAL, CANCELLED.
+- final: the job never changes again (except by an audited redrive of a failure). Every finished state but
+  REVIEW_REQUIRED, which waits for a reviewer's decision.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,9 @@ from tollgate.core.state_machine import IllegalTransition, StateMachine
 
 __all__ = [
     "CANCELLABLE_STATES",
-    "TERMINAL_STATES",
+    "FINAL_STATES",
+    "FINISHED_STATES",
+    "REVIEW_OUTCOMES",
     "TRANSITIONS",
     "UNFINISHED_STATES",
     "IllegalTransition",
@@ -23,21 +32,30 @@ class JobState(StrEnum):
     RUNNING = "RUNNING"
     SUCCEEDED = "SUCCEEDED"
     REVIEW_REQUIRED = "REVIEW_REQUIRED"
+    REJECTED = "REJECTED"
     RETRY_SCHEDULED = "RETRY_SCHEDULED"
     FAILED_TERMINAL = "FAILED_TERMINAL"
     CANCELLED = "CANCELLED"
 
     @property
-    def is_terminal(self) -> bool:
-        return self in TERMINAL_STATES
+    def is_finished(self) -> bool:
+        """The pipeline is done with it: it has a finish time and is no one's work any more."""
+        return self in FINISHED_STATES
+
+    @property
+    def is_final(self) -> bool:
+        """It never changes again (save an audited redrive of a failure)."""
+        return self in FINAL_STATES
 
 
-TERMINAL_STATES = frozenset(
-    {JobState.SUCCEEDED, JobState.REVIEW_REQUIRED, JobState.FAILED_TERMINAL, JobState.CANCELLED}
+FINAL_STATES = frozenset(
+    {JobState.SUCCEEDED, JobState.REJECTED, JobState.FAILED_TERMINAL, JobState.CANCELLED}
 )
-UNFINISHED_STATES = frozenset(JobState) - TERMINAL_STATES
+# A job waiting for a reviewer: finished for the pipeline, not final.
+FINISHED_STATES = FINAL_STATES | {JobState.REVIEW_REQUIRED}
+UNFINISHED_STATES = frozenset(JobState) - FINISHED_STATES
 
-# Terminal states never change again, except by an audited redrive (support CLI), which is not a transition
+# Final states never change again, except by an audited redrive (support CLI), which is not a transition
 # of the state machine but a new attempt budget recorded with who and why.
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     # A job still waiting when its deadline passes ends FAILED_TERMINAL (the scheduler), never having run.
@@ -46,13 +64,18 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
         {JobState.SUCCEEDED, JobState.REVIEW_REQUIRED, JobState.RETRY_SCHEDULED, JobState.FAILED_TERMINAL}
     ),
     JobState.RETRY_SCHEDULED: frozenset({JobState.RUNNING, JobState.CANCELLED, JobState.FAILED_TERMINAL}),
+    # Only a reviewer's decision leaves REVIEW_REQUIRED (tollgate.review): approved or corrected and
+    # re-validated, or rejected. No deadline, lease or retry applies to a job waiting here.
+    JobState.REVIEW_REQUIRED: frozenset({JobState.SUCCEEDED, JobState.REJECTED}),
     JobState.SUCCEEDED: frozenset(),
-    JobState.REVIEW_REQUIRED: frozenset(),
+    JobState.REJECTED: frozenset(),
     JobState.FAILED_TERMINAL: frozenset(),
     JobState.CANCELLED: frozenset(),
 }
 
 CANCELLABLE_STATES = frozenset(s for s, targets in TRANSITIONS.items() if JobState.CANCELLED in targets)
+# Where a reviewer's decision takes a job.
+REVIEW_OUTCOMES = TRANSITIONS[JobState.REVIEW_REQUIRED]
 
 JOB_STATE_MACHINE = StateMachine("job", TRANSITIONS)
 can_transition = JOB_STATE_MACHINE.can_transition

@@ -33,12 +33,25 @@ OLDEST_UNPUBLISHED_OUTBOX_AGE = "OldestUnpublishedOutboxAge"
 UNPUBLISHED_OUTBOX_EVENTS = "UnpublishedOutboxEvents"
 # Run-queue rows whose counters differed from a recount (the reconciliation corrected them): a trigger bug.
 COUNTER_DRIFT = "CounterDrift"
+# Review (DESIGN §5). The worker counts each extraction it validated and each that went to review: the
+# review rate is their ratio (a metric math expression in the observability stack). The scheduler publishes
+# the waiting queue's size and age once a tick, and each decision once: its kind, and the seconds it waited
+# (one value per decision, so CloudWatch has p50 and p95).
+EXTRACTIONS_VALIDATED = "ExtractionsValidated"
+REVIEWS_REQUIRED = "ReviewsRequired"
+REVIEWS_WAITING = "ReviewsWaiting"
+OLDEST_WAITING_REVIEW_AGE = "OldestWaitingReviewAge"
+REVIEW_TIME_TO_DECISION = "ReviewTimeToDecision"
+REVIEW_DECISIONS = {"approve": "ReviewsApproved", "correct": "ReviewsCorrected", "reject": "ReviewsRejected"}
 
 
 class MetricsSink(Protocol):
     def gauge(self, name: str, value: float, unit: str = "Count") -> None: ...
 
     def count(self, name: str, value: int = 1) -> None: ...
+
+    def observe(self, name: str, value: float, unit: str = "Count") -> None:
+        """One value of a distribution (each is kept, so percentiles can be taken)."""
 
 
 class PowertoolsMetrics:
@@ -52,6 +65,11 @@ class PowertoolsMetrics:
 
     def count(self, name: str, value: int = 1) -> None:
         self._metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+        self._pending = True
+
+    def observe(self, name: str, value: float, unit: str = "Count") -> None:
+        # Values added under one name before a flush go out together, as one EMF array.
+        self._metrics.add_metric(name=name, unit=MetricUnit(unit), value=value)
         self._pending = True
 
     def flush(self) -> None:
@@ -68,9 +86,13 @@ class RecordedMetrics:
     def __init__(self) -> None:
         self.values: dict[str, float] = {}
         self.counts: Counter[str] = Counter()
+        self.observed: dict[str, list[float]] = {}
 
     def gauge(self, name: str, value: float, unit: str = "Count") -> None:
         self.values[name] = value
 
     def count(self, name: str, value: int = 1) -> None:
         self.counts[name] += value
+
+    def observe(self, name: str, value: float, unit: str = "Count") -> None:
+        self.observed.setdefault(name, []).append(value)

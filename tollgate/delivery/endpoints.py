@@ -19,11 +19,13 @@ from tollgate.core.clock import Clock, IdFactory
 from tollgate.core.errors import NotFound, ValidationFailed
 from tollgate.core.models import Strict
 from tollgate.db import Database
-from tollgate.events import WEBHOOK_EVENT_TYPES
+from tollgate.events import DEFAULT_SUBSCRIPTION
 
 ROTATION_GRACE = timedelta(hours=24)
 
-EventType = Annotated[str, StringConstraints(pattern=r"^extraction\.(completed|review_required|failed)\.v1$")]
+EventType = Annotated[
+    str, StringConstraints(pattern=r"^extraction\.(completed|review_required|rejected|failed)\.v1$")
+]
 # PostgreSQL text cannot hold U+0000: the schema refuses it, so such a value is a 422, not a database error.
 NO_NUL = r"^[^\x00]*$"
 Url = Annotated[str, StringConstraints(min_length=8, max_length=2048, pattern=NO_NUL)]
@@ -32,7 +34,12 @@ Description = Annotated[str, StringConstraints(max_length=500, pattern=NO_NUL)]
 
 class EndpointCreate(Strict):
     url: Url
-    event_types: list[EventType] = Field(default_factory=lambda: list(WEBHOOK_EVENT_TYPES), min_length=1)
+    event_types: list[EventType] = Field(
+        default_factory=lambda: list(DEFAULT_SUBSCRIPTION),
+        min_length=1,
+        description="Without it: completed, failed and rejected. extraction.review_required.v1 (a result "
+        "waiting for a reviewer, not accepted data) is sent only to an endpoint that lists it.",
+    )
     description: Description = ""
 
     @field_validator("event_types")

@@ -33,7 +33,14 @@ from tollgate.core.clock import Clock, IdFactory
 from tollgate.core.documents import DocumentStore, DocumentStoreUnreachable, pages_from_canonical
 from tollgate.core.errors import DocumentUnavailable
 from tollgate.core.job_states import JobState, checked_transition
-from tollgate.core.metrics import PROVIDER_CALLS, PROVIDER_THROTTLED, MetricsSink, RecordedMetrics
+from tollgate.core.metrics import (
+    EXTRACTIONS_VALIDATED,
+    PROVIDER_CALLS,
+    PROVIDER_THROTTLED,
+    REVIEWS_REQUIRED,
+    MetricsSink,
+    RecordedMetrics,
+)
 from tollgate.core.observability import trace_keys
 from tollgate.core.retry import Jitter, RetryPolicy, next_attempt_at
 from tollgate.db import Database
@@ -526,7 +533,7 @@ def _finish(deps: ExecutionDeps, job: ClaimedJob, pages: tuple[str, ...], result
                 "state": state.value,
                 "next_attempt_at": next_at,
                 "last_error": Jsonb(error) if error else None,
-                "finished_at": now if state.is_terminal else None,
+                "finished_at": now if state.is_finished else None,
             },
         ).fetchone()
         if finished is not None:
@@ -547,6 +554,9 @@ def _finish(deps: ExecutionDeps, job: ClaimedJob, pages: tuple[str, ...], result
         return AttemptReport(AttemptEnd.LOST, result.outcome, result.model)
     if state in EVENT_FOR_STATE:
         deps.nudger.nudge()
+    if report is not None:  # a result was judged: the review rate is those that went to review among them
+        deps.metrics.count(EXTRACTIONS_VALIDATED)
+        deps.metrics.count(REVIEWS_REQUIRED, int(state is JobState.REVIEW_REQUIRED))
     logger.info("attempt finished", extra={"state": state.value, "outcome": result.outcome.value})
     return AttemptReport(
         AttemptEnd(state.value), result.outcome, result.model, reasons, params["cost_usd"] or Decimal("0")

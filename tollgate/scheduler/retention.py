@@ -1,8 +1,9 @@
 """Retention: the scheduler deletes what jobs leave behind once its rule says so (DESIGN §4, "Storage is
 bounded"), in bounded batches of short transactions, and archives each finished job to S3 first.
 
-- finished jobs, with their result, attempts and inbox rows: archived, then deleted, after the tenant's
-  retention (counted from the finish);
+- finished jobs, with their result, a reviewer's decision, attempts and inbox rows: archived, then deleted,
+  after the tenant's retention (counted from the finish; a decided review's from the decision). A job
+  waiting for a reviewer is kept until it is decided;
 - documents: with the last job that uses them, their S3 object version after them;
 - settled webhook deliveries and their attempts: after the tenant's retention since their last change;
 - published outbox events: ``outbox_days`` after publishing;
@@ -123,6 +124,25 @@ class ArchivedResult(BaseModel):
     created_at: datetime
 
 
+class ArchivedReview(BaseModel):
+    """A reviewer's decision, with the accepted result (version 2) of an approval or a correction."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    decision: str
+    note: str
+    reviewer: str
+    reviewer_key_id: UUID | None
+    state_version: int
+    reasons: list[Any]
+    review_requested_at: datetime
+    decided_at: datetime
+    result_version: int | None
+    result: dict[str, Any] | None
+    policy_version: str | None
+    corrections: dict[str, Any] | None
+
+
 class ArchivedAttempt(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -169,6 +189,7 @@ class ArchivedJob(BaseModel):
     finished_at: datetime
     document: ArchivedDocument
     result: ArchivedResult | None
+    review: ArchivedReview | None = None
     attempts: list[ArchivedAttempt]
 
     @classmethod
@@ -191,6 +212,7 @@ class ArchivedJob(BaseModel):
                 page_count=job["page_count"],
             ),
             result=result,
+            review=ArchivedReview.model_validate(job["review"]) if job.get("review") else None,
             attempts=[ArchivedAttempt(**{k: v for k, v in a.items() if k != "job_id"}) for a in attempts],
         )
 
@@ -198,7 +220,7 @@ class ArchivedJob(BaseModel):
 _JOB_COLUMNS = tuple(
     name
     for name in ArchivedJob.model_fields
-    if name not in {"archive_format", "document", "result", "attempts"}
+    if name not in {"archive_format", "document", "result", "review", "attempts"}
 )
 
 

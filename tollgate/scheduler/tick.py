@@ -1,5 +1,5 @@
 """The scheduler's tick: reap expired leases, fail jobs past their deadline, restart webhook deliveries
-that nothing drives any more, publish backlog metrics, apply retention (``retention.py``).
+that nothing drives any more, publish backlog and review metrics, apply retention (``retention.py``).
 
 Runs every minute (and can run twice at once safely: rows are locked with SKIP LOCKED and every update is
 conditioned on the fence it read). A job that ends here gets its ``extraction.failed.v1`` outbox event in
@@ -22,6 +22,10 @@ from tollgate.core.metrics import (
     DELIVERIES_RESTARTED,
     OLDEST_ELIGIBLE_JOB_AGE,
     OLDEST_UNPUBLISHED_OUTBOX_AGE,
+    OLDEST_WAITING_REVIEW_AGE,
+    REVIEW_DECISIONS,
+    REVIEW_TIME_TO_DECISION,
+    REVIEWS_WAITING,
     RUNNABLE_JOBS,
     RUNNING_JOBS,
     UNPUBLISHED_OUTBOX_EVENTS,
@@ -74,6 +78,9 @@ class SchedulerReport:
     queues_reconciled: int = 0
     queues_drifted: int = 0
     backlog_shards_drifted: bool = False
+    reviews_waiting: int = 0
+    oldest_waiting_review_age_seconds: float = 0.0
+    review_decisions_counted: int = 0
 
 
 def run_scheduler(deps: SchedulerDeps) -> SchedulerReport:
@@ -82,6 +89,7 @@ def run_scheduler(deps: SchedulerDeps) -> SchedulerReport:
     expire_past_deadline(deps, report)
     restart_stalled_deliveries(deps, report)
     publish_backlog_metrics(deps, report)
+    publish_review_metrics(deps, report)
     reconcile_queue_counters(deps, report)
     reconcile_backlog_shards(deps, report)
     deps.metrics.gauge(COUNTER_DRIFT, report.queues_drifted + int(report.backlog_shards_drifted))
@@ -188,6 +196,27 @@ def publish_backlog_metrics(deps: SchedulerDeps, report: SchedulerReport) -> Non
     deps.metrics.gauge(OLDEST_ELIGIBLE_JOB_AGE, report.oldest_eligible_age_seconds, "Seconds")
     deps.metrics.gauge(OLDEST_UNPUBLISHED_OUTBOX_AGE, report.oldest_unpublished_age_seconds, "Seconds")
     deps.metrics.gauge(UNPUBLISHED_OUTBOX_EVENTS, outbox["unpublished"])
+
+
+def publish_review_metrics(deps: SchedulerDeps, report: SchedulerReport) -> None:
+    """The review queue's size and the age of its oldest entry (an alarm watches it), and each decision made
+    since the last tick: one count per kind and the seconds it waited. Decisions are marked counted in a
+    transaction and published after its commit, so none is counted twice (a crash in between loses them from
+    the figures, not from the record)."""
+    q, now = deps.db.q, deps.clock.now()
+    with deps.db.transaction() as conn:
+        queue = conn.execute(q.review_queue_gauges).fetchone()
+        decided = conn.execute(q.count_review_decisions, {"now": now, "limit": deps.batch_size}).fetchall()
+    assert queue is not None
+    report.reviews_waiting = queue["waiting"]
+    report.oldest_waiting_review_age_seconds = _age(now, queue["oldest"])
+    report.review_decisions_counted = len(decided)
+    deps.metrics.gauge(REVIEWS_WAITING, report.reviews_waiting)
+    deps.metrics.gauge(OLDEST_WAITING_REVIEW_AGE, report.oldest_waiting_review_age_seconds, "Seconds")
+    for kind, name in REVIEW_DECISIONS.items():
+        deps.metrics.count(name, sum(1 for row in decided if row["decision"] == kind))
+    for row in decided:
+        deps.metrics.observe(REVIEW_TIME_TO_DECISION, max(row["waited_seconds"], 0.0), "Seconds")
 
 
 def reconcile_queue_counters(deps: SchedulerDeps, report: SchedulerReport) -> None:

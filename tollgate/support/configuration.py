@@ -82,6 +82,7 @@ def load_support_settings(model: type[S], data_dir: Path) -> tuple[S, AwsEndpoin
             jobs_queue_url=facts.get("jobs_queue_url"),
             jobs_dlq_url=facts.get("jobs_dlq_url"),
             webhook_state_machine_arn=facts.get("webhook_state_machine_arn"),
+            documents_bucket=facts.get("documents_bucket"),
         )
     except ValidationError as error:
         raise NotConfigured(f"{path} does not say enough: {_missing(error)}") from None

@@ -18,10 +18,17 @@ from uuid import UUID
 
 from pydantic import ValidationError
 
-from tollgate.core.job_states import TERMINAL_STATES, JobState
+from tollgate.core.job_states import FINISHED_STATES, JobState
 from tollgate.db import Database
 from tollgate.delivery.states import DeliveryState
-from tollgate.events import EXTRACTION_REQUESTED, WEBHOOK_EVENT_TYPES, UnknownEventType
+from tollgate.events import (
+    EXTRACTION_COMPLETED,
+    EXTRACTION_REJECTED,
+    EXTRACTION_REQUESTED,
+    EXTRACTION_REVIEW_REQUIRED,
+    WEBHOOK_EVENT_TYPES,
+    UnknownEventType,
+)
 from tollgate.execution.attempt import EVENT_FOR_STATE
 from tollgate.outbox.relay import OutboxEvent
 from tollgate_dev.chaos.erp import ErpEffect
@@ -45,8 +52,13 @@ TITLES = {
     NO_DUPLICATE_ERP_EFFECTS: "no ERP effect duplicated",
     QUEUES_RECONCILED: "jobs queue drained, every dead letter explained",
 }
-# The states a job can end in by extraction; which of them its invoice explains is the caller's knowledge.
-EXTRACTED_STATES = frozenset({JobState.SUCCEEDED.value, JobState.REVIEW_REQUIRED.value})
+# The states a job can end in by extraction (and a reviewer's decision on it); which of them its invoice
+# explains is the caller's knowledge.
+EXTRACTED_STATES = frozenset(
+    {JobState.SUCCEEDED.value, JobState.REVIEW_REQUIRED.value, JobState.REJECTED.value}
+)
+# A reviewed job announces its result twice: review_required from the worker, then the decision's event.
+DECISION_EVENTS = {JobState.SUCCEEDED: EXTRACTION_COMPLETED, JobState.REJECTED: EXTRACTION_REJECTED}
 # Enough examples to find the cause; the count says how many there were.
 MAX_EXAMPLES = 20
 
@@ -217,6 +229,9 @@ def check_ledger(
         elif event["event_type"] in WEBHOOK_EVENT_TYPES:
             job.terminal_events.append(event)
 
+    for job in jobs.values():
+        job.terminal_events.sort(key=lambda event: (event["created_at"], str(event["event_id"])))
+
     invariants = {key: Invariant(key, title) for key, title in TITLES.items()}
     _check_jobs(invariants[JOBS_EXPLAINED], jobs, expectations)
     _check_results(invariants[NO_DUPLICATE_RESULTS], jobs.values())
@@ -257,7 +272,7 @@ def _check_jobs(invariant: Invariant, jobs: Mapping[UUID, _Job], expectations: E
 
 def _unexplained(job: _Job, expectations: Expectations) -> str | None:
     state = job.state
-    if state not in TERMINAL_STATES:
+    if state not in FINISHED_STATES:
         return "not terminal"
     result_attempt = job.row["result_attempt"]
     if state in EXTRACTED_STATES:
@@ -295,7 +310,7 @@ def _check_results(invariant: Invariant, jobs: Iterable[_Job]) -> None:
             invariant.fail(
                 f"{job.label}: the result is attempt {result_attempt}'s, attempt {committed[-1]} committed"
             )
-        if len(job.terminal_events) > 1:
+        if len(job.terminal_events) > 1 + _reviewed(job):
             invariant.fail(f"{job.label}: finished {len(job.terminal_events)} times (terminal events)")
 
 
@@ -318,11 +333,24 @@ def _check_publication(invariant: Invariant, facts: _Facts) -> None:
             invariant.fail(f"event {event['event_id']} of job {event['aggregate_id']} never reached a worker")
 
 
+def _reviewed(job: _Job) -> bool:
+    """The job left review by a decision: its first outcome event sent it to review, its state is another."""
+    first = job.terminal_events[0]["event_type"] if job.terminal_events else None
+    return first == EXTRACTION_REVIEW_REQUIRED and job.state != JobState.REVIEW_REQUIRED
+
+
 def _check_job_events(invariant: Invariant, jobs: Mapping[UUID, _Job]) -> None:
-    """One extraction.requested per job, and a terminal job's event says how it ended."""
+    """One extraction.requested per job, and a finished job's event says how it ended (a reviewed job's
+    two: review_required, then its decision's)."""
     for job in jobs.values():
         if len(job.requested) != 1:
             invariant.fail(f"{job.label}: {len(job.requested)} extraction.requested events")
+        if _reviewed(job):
+            kinds = [(event["event_type"], event["state"]) for event in job.terminal_events]
+            decided = (DECISION_EVENTS.get(JobState(job.state)), job.state)
+            if kinds != [(EXTRACTION_REVIEW_REQUIRED, JobState.REVIEW_REQUIRED.value), decided]:
+                invariant.fail(f"{job.label}: reviewed, but its events say {kinds}")
+            continue
         expected = EVENT_FOR_STATE.get(JobState(job.state))
         if expected is None:
             if job.terminal_events:
@@ -382,7 +410,7 @@ def _check_attempts(invariant: Invariant, jobs: Iterable[_Job]) -> None:
         fences = [a["fence"] for a in job.attempts]
         if any(later <= earlier for earlier, later in itertools.pairwise(fences)):
             invariant.fail(f"{job.label}: fences {fences} do not rise with the attempts")
-        if job.state in TERMINAL_STATES:
+        if job.state in FINISHED_STATES:
             unclosed = [a["attempt"] for a in job.attempts if a["finished_at"] is None or not a["outcome"]]
             if unclosed:
                 invariant.fail(f"{job.label}: attempts {unclosed} were never closed")
@@ -429,6 +457,6 @@ def _check_queues(invariant: Invariant, jobs: Mapping[UUID, _Job], queues: Queue
     for letter in queues.dead_letters:
         job = jobs.get(letter.job_id) if letter.job_id is not None else None
         # The database owns the work: a dead letter whose job finished anyway only lost a signal.
-        if job is None or job.state not in TERMINAL_STATES:
+        if job is None or job.state not in FINISHED_STATES:
             state = job.state if job else "no such job"
             invariant.fail(f"dead letter {letter.message_id} (job {letter.job_id}: {state})")

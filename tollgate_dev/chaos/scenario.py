@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tollgate.core.clock import new_id
-from tollgate.core.job_states import TERMINAL_STATES, UNFINISHED_STATES, JobState
+from tollgate.core.job_states import FINISHED_STATES, UNFINISHED_STATES, JobState
 from tollgate.db import Database
 from tollgate.delivery.states import DeliveryState
 from tollgate.scheduler.tick import read_pipeline_progress
@@ -453,7 +453,7 @@ class ChaosRun:
                 dev_queries().chaos_job_milestones,
                 {
                     "tenant_ids": [t.tenant_id for t in self.tenants],
-                    "terminal_states": sorted(state.value for state in TERMINAL_STATES),
+                    "terminal_states": sorted(state.value for state in FINISHED_STATES),
                 },
             ).fetchone()
         assert row is not None

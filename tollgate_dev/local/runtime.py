@@ -205,6 +205,7 @@ class LocalStack:
             "jobs_dlq_url": self.queues.dlq_url,
             "webhook_state_machine_arn": self.dispatcher_arn,
             "database_url": self.database_url,
+            "documents_bucket": LOCAL_BUCKET,
         }
         path.write_text(json.dumps(facts, indent=2), encoding="utf-8")
         path.chmod(0o600)

@@ -82,7 +82,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         headers = {"Location": job.links.self}
         if accepted.replayed:
             headers["Idempotent-Replayed"] = "true"
-        status = 200 if accepted.replayed and job.state.is_terminal else 202
+        status = 200 if accepted.replayed and job.state.is_finished else 202
         return json_response(status, job, headers)
 
     @router.get(

@@ -39,6 +39,16 @@ def authenticated_tenant(event: BaseProxyEvent, scope: Scope) -> UUID:
     return tenant_id
 
 
+def authenticated_key(event: BaseProxyEvent) -> UUID:
+    """The API key the authorizer resolved (its context's key_id, the policy's principalId): who acts, for
+    records such as a review decision. Call after ``authenticated_tenant``."""
+    authorizer = (event.raw_event.get("requestContext") or {}).get("authorizer") or {}
+    try:
+        return UUID(str(authorizer.get("key_id") or authorizer["principalId"]))
+    except (KeyError, ValueError):
+        raise Unauthorized("the request carries no authenticated API key") from None
+
+
 def path_id(raw: str, what: str) -> UUID:
     """An id taken from the path, for every route that has one.
 

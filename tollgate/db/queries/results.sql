@@ -6,6 +6,16 @@ INSERT INTO extraction_results (job_id, tenant_id, attempt, policy_version, resu
 VALUES (%(job_id)s, %(tenant_id)s, %(attempt)s, %(policy_version)s, %(result)s, %(review_reasons)s)
 
 -- name: get_job_result
-SELECT r.job_id, j.state, r.policy_version, r.result, r.review_reasons, r.created_at
-FROM extraction_results r JOIN extraction_jobs j USING (job_id)
+-- The job's accepted version: a reviewer's (version 2, migration 0014) when there is one, else the model's.
+-- An approval keeps the reasons it overrode; a correction passed the policy, so it has none.
+SELECT r.job_id, j.state,
+       coalesce(d.result_version, 1) AS version,
+       coalesce(d.policy_version, r.policy_version) AS policy_version,
+       coalesce(d.result, r.result) AS result,
+       CASE WHEN d.decision = 'correct' THEN '[]'::jsonb ELSE r.review_reasons END AS review_reasons,
+       coalesce(d.decided_at, r.created_at) AS created_at,
+       d.decision, d.reviewer, d.note, d.decided_at
+FROM extraction_results r
+JOIN extraction_jobs j USING (job_id)
+LEFT JOIN review_decisions d ON d.job_id = r.job_id
 WHERE r.tenant_id = %(tenant_id)s AND r.job_id = %(job_id)s

@@ -3,28 +3,33 @@
 -- computed from the injected clock and a LIMIT; each batch walks an index from migration 0011.
 
 -- name: expired_jobs
--- Finished jobs past their tenant's retention, with what their archive line needs. One probe of
--- extraction_jobs_retention per tenant, each with that tenant's own cutoff; the outer LIMIT ends the walk
--- once the batch is full. Only finished rows are in that index, so an unfinished job is never a candidate.
+-- Finished jobs past their tenant's retention, with what their archive line needs (a reviewer's decision
+-- included). One probe of extraction_jobs_retention_decided per tenant, each with that tenant's own cutoff;
+-- the outer LIMIT ends the walk once the batch is full. Only finished rows that wait for nobody are in that
+-- index: an unfinished job, or one waiting for a reviewer, is never a candidate.
 SELECT j.job_id, j.tenant_id, j.idempotency_key, j.request_hash, j.job_type, j.schema_version,
        j.model_policy, j.options, j.metadata, j.priority, j.state, j.state_version, j.attempt,
        j.max_attempts, j.estimated_tokens, j.trace_context, j.last_error, j.created_at, j.deadline_at,
        j.finished_at,
        d.document_id, d.content_sha256, d.size_bytes, d.page_count,
        r.attempt AS result_attempt, r.policy_version, r.result, r.review_reasons,
-       r.created_at AS result_created_at
+       r.created_at AS result_created_at,
+       CASE WHEN rd.job_id IS NOT NULL
+            THEN to_jsonb(rd) - 'job_id' - 'tenant_id' - 'counted_at' END AS review
 FROM tenants t
 CROSS JOIN LATERAL (
     SELECT e.job_id
     FROM extraction_jobs e
     WHERE e.tenant_id = t.tenant_id
       AND e.finished_at < %(now)s - make_interval(days => coalesce(t.retention_days, %(default_days)s))
+      AND e.state <> 'REVIEW_REQUIRED'
     ORDER BY e.finished_at
     LIMIT %(limit)s
 ) expired
 JOIN extraction_jobs j ON j.job_id = expired.job_id
 JOIN documents d ON d.document_id = j.document_id
 LEFT JOIN extraction_results r ON r.job_id = j.job_id
+LEFT JOIN review_decisions rd ON rd.job_id = j.job_id
 LIMIT %(limit)s
 
 -- name: attempts_of_jobs
@@ -55,8 +60,10 @@ DELETE FROM execution_inbox WHERE job_id = ANY(%(job_ids)s)
 
 -- name: delete_finished_jobs
 -- finished_at IS NOT NULL again, where the delete happens: whatever the caller passes, an unfinished job
--- is never deleted.
-DELETE FROM extraction_jobs WHERE job_id = ANY(%(job_ids)s) AND finished_at IS NOT NULL
+-- is never deleted, and neither is one waiting for a reviewer. A decided job's review decision goes with it
+-- (ON DELETE CASCADE), and so do queue rows.
+DELETE FROM extraction_jobs
+WHERE job_id = ANY(%(job_ids)s) AND finished_at IS NOT NULL AND state <> 'REVIEW_REQUIRED'
 
 -- name: delete_unreferenced_documents
 -- Documents of the jobs just deleted that no other job uses (several jobs share a document by digest).
