@@ -171,6 +171,17 @@ include-name = "POST /extraction-jobs"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "409", "422", "429"]
 
 [[operations]]
+include-name = "GET /reviews"
+# The review queue's cursor is opaque too.
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "429"]
+
+[[operations]]
+include-name = "POST /extraction-jobs/{{job_id}}/review"
+# A decision needs If-Match with the state_version read (428 without, 400 when malformed, 412 when stale),
+# a job waiting for review (409), corrections only with correct and a correction that passes the policy (422).
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404", "409", "412", "422", "428", "429"]
+
+[[operations]]
 include-name = ["POST /webhook-endpoints", "PATCH /webhook-endpoints/{{endpoint_id}}"]
 # An endpoint's URL must be https with a host and without credentials or a fragment (422).
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "404", "422", "429"]

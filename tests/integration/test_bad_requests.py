@@ -259,6 +259,7 @@ PATH_PARAMETER = re.compile(r"\{(\w+)\}")
 VALID_BODIES = {
     ("PATCH", "/webhook-endpoints/{endpoint_id}"): {},
     ("POST", "/webhook-endpoints/{endpoint_id}/replay"): {"since": "2024-01-01T00:00:00Z"},
+    ("POST", "/extraction-jobs/{job_id}/review"): {"decision": "reject", "note": "not an invoice"},
 }
 
 

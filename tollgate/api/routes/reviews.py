@@ -124,6 +124,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
     ) -> Response[str]:
         event = router.current_event
         tenant_id = authenticated_tenant(event, Scope.REVIEW)
+        job = path_id(job_id, JOB)  # a malformed id is a 404 before any other check, as on every route
         version = expected_version(if_match)
         if version is None:
             raise PreconditionRequired(
@@ -132,7 +133,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         decided = decide_review(
             reviews(),
             tenant_id,
-            path_id(job_id, JOB),
+            job,
             request,
             expected_version=version,
             reviewer=Reviewer.api_key(authenticated_key(event)),
