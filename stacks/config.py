@@ -257,6 +257,16 @@ class StageConfig(BaseModel):
             "is above the provider's real quota."
         ),
     )
+    review_rate_alarm_percent: float = Field(
+        default=20,
+        gt=0,
+        le=100,
+        description=(
+            "The review rate's target: alarm when more than this share of validated results goes to review "
+            "for three hours in a row. A rising share is a model, prompt or document change that people now "
+            "pay for, even while nothing wrong reaches an ERP."
+        ),
+    )
     review_age_alarm_seconds: int = Field(
         default=86_400,
         ge=600,

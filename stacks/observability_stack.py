@@ -60,6 +60,7 @@ GAUGE_PERIODS = 3
 THROTTLING_PERIODS = 3
 # The review rate is a share over hours of extractions, not minutes: a quiet minute's few reviews say little.
 REVIEW_PERIOD = cdk.Duration.hours(1)
+REVIEW_RATE_PERIODS = 3
 RUNBOOK_SECTION = "README.md, section *Operations*, list *Runbook, by alarm*"
 
 # Dashboard grid: 24 columns wide.
@@ -336,6 +337,19 @@ class ObservabilityStack(cdk.Stack):
 
     def _review_alarms(self, config: StageConfig) -> dict[str, cloudwatch.Alarm]:
         return {
+            "review_rate": self._alarm(
+                "ReviewRate",
+                description=(
+                    f"More than {config.review_rate_alarm_percent:g} % of validated results went to "
+                    f"review in {REVIEW_RATE_PERIODS} hours in a row, above the stage's target. Nothing "
+                    "wrong reaches an ERP for it, but reviewers pay: `tollgate reviews list` shows which "
+                    "rules the results broke (evidence reasons point at the model or prompt, arithmetic "
+                    "at the documents)."
+                ),
+                metric=self.review_rate,
+                threshold=config.review_rate_alarm_percent,
+                evaluation_periods=REVIEW_RATE_PERIODS,
+            ),
             "review_age": self._alarm(
                 "ReviewAge",
                 description=(

@@ -72,6 +72,7 @@ ALARMS = {
     "EndpointsDisabled",
     "EndpointAlerts",
     "ReviewAge",
+    "ReviewRate",
 }
 ROWS = ["API", "Pipeline", "Jobs", "Provider", "Delivery", "Review"]
 
@@ -312,6 +313,30 @@ def test_a_review_waiting_past_the_stages_age_alarms(observability_template: Tem
     # A silent scheduler already breaches the outbox age alarm; one cause, one page.
     assert alarm["TreatMissingData"] == "notBreaching"
     assert "tollgate reviews list" in alarm["AlarmDescription"]
+
+
+def test_a_review_rate_above_the_stages_target_alarms_only_on_hours_with_results(
+    observability_template: Template,
+) -> None:
+    config = StageConfig(stage="dev")
+    alarm = _alarm(observability_template, "ReviewRate")
+    queries = {query["Id"]: query for query in alarm["Metrics"]}
+    (expression,) = [query for query in queries.values() if "Expression" in query]
+
+    assert re.fullmatch(
+        r"IF\(validated > 0, 100 \* FILL\(review, 0\) / validated\)", expression["Expression"]
+    )
+    for query_id, metric_name in (("validated", EXTRACTIONS_VALIDATED), ("review", REVIEWS_REQUIRED)):
+        stat = queries[query_id]["MetricStat"]
+        assert stat["Metric"]["MetricName"] == metric_name
+        assert (stat["Stat"], stat["Period"]) == ("Sum", 3600)
+    assert alarm["Threshold"] == config.review_rate_alarm_percent == 20
+    assert (alarm["ComparisonOperator"], alarm["EvaluationPeriods"]) == ("GreaterThanThreshold", 3)
+    # An hour without validated results has no data point and does not breach.
+    assert alarm["TreatMissingData"] == "notBreaching"
+    assert StageConfig(stage="prod", review_rate_alarm_percent=5).review_rate_alarm_percent == 5
+    with pytest.raises(ValidationError, match="review_rate_alarm_percent"):
+        StageConfig(stage="prod", review_rate_alarm_percent=0)
 
 
 def test_the_review_age_alarm_follows_the_stage_setting() -> None:
