@@ -19,9 +19,8 @@ from tollgate.core.clock import new_id
 from tollgate.tenants.keys import create_tenant
 from tollgate.tenants.suppliers import add_supplier
 from tollgate_dev.local.client import ApiClient
-from tollgate_dev.local.runtime import LocalStack
 from tollgate_dev.samples import SUPPLIERS, generate_invoices, request_body
-from tollgate_dev.simulator.server import Fault, Latency, SimulatorConfig
+from tollgate_dev.simulator.server import Fault
 
 pytestmark = pytest.mark.e2e
 
@@ -31,30 +30,15 @@ PATIENCE_SECONDS = 120
 
 
 @pytest.fixture
-def stack(fresh_database, tmp_path):
-    from tollgate.db.migrations import apply_migrations
-    from tollgate.settings import REPO_ROOT
-
-    url = fresh_database()
-    apply_migrations(url, REPO_ROOT / "migrations")
-    local = LocalStack(
-        port=0,
-        data_dir=tmp_path,
-        database_url=url,
-        simulator_config=SimulatorConfig(
-            requests_per_minute=None,
-            tokens_per_minute=None,
-            latency=Latency(0.0),
-            storm_retry_after_seconds=0.05,
-        ),
+def stack(local_stack):
+    return local_stack(
+        storm_retry_after_seconds=0.05,
         worker_overrides={
             "retry_base_seconds": 0.05,
             "retry_cap_seconds": 0.1,
             "ingress_failure_visibility_seconds": 0,
         },
-    ).start()
-    yield local
-    local.stop()
+    )
 
 
 def state(url, job_id):
