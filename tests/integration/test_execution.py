@@ -18,7 +18,7 @@ from tollgate.core.metrics import RecordedMetrics
 from tollgate.core.retry import RetryPolicy
 from tollgate.events import ExtractionFailed
 from tollgate.execution.attempt import AttemptEnd, ExecutionDeps, ModelRouter, run_attempt
-from tollgate.execution.extraction.schema import Invoice
+from tollgate.jobtypes.invoice_extraction.schema import Invoice
 from tollgate.execution.leasing import claim_next_job
 from tollgate.execution.limiter.base import Denied, Reservation
 from tollgate.execution.limiter.local import InProcessLimiter

@@ -8,14 +8,14 @@ import random
 
 import pytest
 
-from tollgate.execution.extraction.prompt import (
+from tollgate.jobtypes.invoice_extraction.prompt import (
     PROMPT_ONLY_VERSION,
     PROMPT_VERSION,
     SYSTEM,
     build_messages,
     document_pages,
 )
-from tollgate.execution.extraction.schema import Invoice, invoice_json_schema, response_format
+from tollgate.jobtypes.invoice_extraction.schema import Invoice, invoice_json_schema, response_format
 from tollgate.execution.llm.client import (
     OutcomeClass,
     parse_invoice,
@@ -192,7 +192,7 @@ def test_the_schema_sent_to_the_model_asks_for_evidence_on_every_value_and_the_p
     import json as _json
     from typing import get_args
 
-    from tollgate.execution.extraction.schema import Invoice, invoice_json_schema
+    from tollgate.jobtypes.invoice_extraction.schema import Invoice, invoice_json_schema
 
     sent = _json.loads(invoice_json_schema())
     evidence_properties = [

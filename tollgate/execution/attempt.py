@@ -52,8 +52,8 @@ from tollgate.events import (
     JobOutcome,
     outbox_row,
 )
-from tollgate.execution.extraction.schema import Invoice
-from tollgate.execution.extraction.validation import (
+from tollgate.jobtypes.invoice_extraction.schema import Invoice
+from tollgate.jobtypes.invoice_extraction.validation import (
     KnownSupplier,
     TenantPolicy,
     ValidationReport,

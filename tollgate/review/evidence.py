@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from tollgate.execution.extraction.evidence import (
+from tollgate.jobtypes.invoice_extraction.evidence import (
     CONTEXT_CHARS,
     Span,
     context,
@@ -23,7 +23,7 @@ from tollgate.execution.extraction.evidence import (
     pages_containing,
     resolve_evidence,
 )
-from tollgate.execution.extraction.schema import Evidence, Invoice
+from tollgate.jobtypes.invoice_extraction.schema import Evidence, Invoice
 
 
 @dataclass(frozen=True)

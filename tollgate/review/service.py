@@ -35,8 +35,8 @@ from tollgate.core.job_states import JobState, checked_transition
 from tollgate.db import Database
 from tollgate.db.database import Conn
 from tollgate.events import ExtractionCompleted, ExtractionRejected, JobOutcome, outbox_row
-from tollgate.execution.extraction.schema import Invoice
-from tollgate.execution.extraction.validation import KnownSupplier, TenantPolicy, validate_invoice
+from tollgate.jobtypes.invoice_extraction.schema import Invoice
+from tollgate.jobtypes.invoice_extraction.validation import KnownSupplier, TenantPolicy, validate_invoice
 from tollgate.outbox.nudge import NoNudge, Nudger
 from tollgate.review.evidence import evidence_views
 from tollgate.review.merge_patch import absent_as_null, merge_patch

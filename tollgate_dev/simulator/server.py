@@ -33,7 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from tollgate.core.clock import Clock
-from tollgate.execution.extraction.prompt import document_pages
+from tollgate.jobtypes.invoice_extraction.prompt import document_pages
 from tollgate_dev.simulator.extraction import Mistake, extract
 
 MISTAKES = frozenset(m.value for m in Mistake)

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import ValidationError
 
 from tollgate.core.clock import Clock
-from tollgate.execution.extraction.prompt import build_messages, build_prompt_only_messages
-from tollgate.execution.extraction.schema import Invoice, invoice_json_schema, response_format
+from tollgate.jobtypes.invoice_extraction.prompt import build_messages, build_prompt_only_messages
+from tollgate.jobtypes.invoice_extraction.schema import Invoice, invoice_json_schema, response_format
 from tollgate.execution.llm.output import InvalidOutput, StructuredOutput, single_json_object
 
 if TYPE_CHECKING:
