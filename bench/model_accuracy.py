@@ -51,10 +51,10 @@ from tollgate.core.clock import SystemClock, new_id
 from tollgate.db import Database, build_database, load_queries
 from tollgate.db.migrations import apply_migrations
 from tollgate.execution.attempt import ExecutionDeps, claim_within_budget, run_attempt
+from tollgate.execution.limiter.local import InProcessLimiter
 from tollgate.jobtypes.invoice_extraction.prompt import PROMPT_VERSION
 from tollgate.jobtypes.invoice_extraction.schema import SCHEMA_NAME, Invoice
 from tollgate.jobtypes.invoice_extraction.validation import KnownSupplier, TenantPolicy, validate_invoice
-from tollgate.execution.limiter.local import InProcessLimiter
 from tollgate.settings import REPO_ROOT, ApiSettings, DatabaseSettings, WorkerSettings
 from tollgate.tenants.keys import create_tenant
 from tollgate.tenants.suppliers import add_supplier

@@ -105,7 +105,7 @@ WorkerTuning = _settings_section(
         "ingress_failure_visibility_seconds",
         "model_small",
         "model_large",
-        "small_model_max_chars",
+        "escalate_to_large_model",
         "model_prices",
         "execution_slots",
         "lease_seconds",

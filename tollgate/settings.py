@@ -289,12 +289,16 @@ class WorkerSettings(SystemDatabaseSettings, RetrySettings, ExtractionSettings, 
     openai_base_url: str | None = Field(
         default=None, description="Any OpenAI-compatible endpoint instead of OpenAI's own."
     )
-    model_small: str = Field(default="gpt-4.1-mini", description="Model for simple invoices.")
-    model_large: str = Field(default="gpt-4.1", description="Model for long or complex invoices.")
-    small_model_max_chars: int = Field(
-        default=6000,
-        ge=0,
-        description="Invoices up to this many characters and 1 page go to the small model.",
+    model_small: str = Field(
+        default="gpt-4.1-mini",
+        description="Model for simple documents: within the job type's routing bounds (pages, characters, "
+        "lines, language; see the job types table in the README).",
+    )
+    model_large: str = Field(default="gpt-4.1", description="Model for everything else, and for escalations.")
+    escalate_to_large_model: bool = Field(
+        default=True,
+        description="Retry a job whose small-model result failed validation once on the large model before "
+        "it goes to review (each attempt keeps its own model, tokens and cost).",
     )
     model_prices: dict[str, tuple[float, float]] = Field(
         default={"gpt-4.1-mini": (0.40, 1.60), "gpt-4.1": (2.00, 8.00)},

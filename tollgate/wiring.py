@@ -188,7 +188,7 @@ def build_execution(
         new_id=new_id,
         retry_policy=retry_policy(settings),
         jitter=random.uniform,
-        router=ModelRouter(settings.model_small, settings.model_large, settings.small_model_max_chars),
+        router=ModelRouter(settings.model_small, settings.model_large, settings.escalate_to_large_model),
         prices=settings.model_prices,
         worker_id=settings.worker_id,
         provider_pool=settings.provider_pool,

@@ -8,6 +8,14 @@ import random
 
 import pytest
 
+from tollgate.execution.llm.client import (
+    OutcomeClass,
+    Task,
+    parse_invoice,
+    refuses_response_format,
+    request_options,
+)
+from tollgate.execution.llm.output import InvalidOutput, StructuredOutput, single_json_object
 from tollgate.jobtypes.invoice_extraction.prompt import (
     PROMPT_ONLY_VERSION,
     PROMPT_VERSION,
@@ -16,13 +24,6 @@ from tollgate.jobtypes.invoice_extraction.prompt import (
     document_pages,
 )
 from tollgate.jobtypes.invoice_extraction.schema import Invoice, invoice_json_schema, response_format
-from tollgate.execution.llm.client import (
-    OutcomeClass,
-    parse_invoice,
-    refuses_response_format,
-    request_options,
-)
-from tollgate.execution.llm.output import InvalidOutput, StructuredOutput, single_json_object
 from tollgate.settings import WorkerSettings
 from tollgate_dev.samples import expected_invoice, generate_invoice
 from tollgate_dev.simulator.extraction import extract
@@ -107,13 +108,13 @@ def test_the_leading_text_shown_in_the_error_is_cut_short():
 
 
 def test_json_schema_mode_sends_todays_request():
-    options = request_options(StructuredOutput.JSON_SCHEMA, SAMPLE.pages)
+    options = request_options(StructuredOutput.JSON_SCHEMA, Task.invoice(SAMPLE.pages))
 
     assert options == {"messages": build_messages(SAMPLE.pages), "response_format": response_format()}
 
 
 def test_json_object_mode_sends_the_same_strict_schema_beside_the_type():
-    options = request_options(StructuredOutput.JSON_OBJECT, SAMPLE.pages)
+    options = request_options(StructuredOutput.JSON_OBJECT, Task.invoice(SAMPLE.pages))
 
     assert options["messages"] == build_messages(SAMPLE.pages)
     assert options["response_format"] == {"type": "json_object", "schema": SCHEMA}
@@ -121,7 +122,7 @@ def test_json_object_mode_sends_the_same_strict_schema_beside_the_type():
 
 
 def test_prompt_mode_sends_no_response_format_and_puts_the_schema_and_the_answers_form_in_the_prompt():
-    options = request_options(StructuredOutput.PROMPT, SAMPLE.pages)
+    options = request_options(StructuredOutput.PROMPT, Task.invoice(SAMPLE.pages))
 
     assert set(options) == {"messages"}
     system, user = options["messages"]

@@ -132,7 +132,8 @@ def accept_job(
             request.document, tenant_id, deps.documents, settings.max_document_bytes
         )
     fingerprint = request_hash(request, document)
-    estimated = estimate_tokens(document, settings.max_output_tokens)
+    # The type's own output cap, within the system's: a classification reserves far less than an invoice.
+    estimated = estimate_tokens(document, min(settings.max_output_tokens, request.kind.max_output_tokens))
     q = deps.db.q
     by_key = {"tenant_id": tenant_id, "idempotency_key": idempotency_key}
     by_digest = {"tenant_id": tenant_id, "sha256": document.sha256}

@@ -26,6 +26,7 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 from psycopg.types.json import Jsonb
+from pydantic import BaseModel
 
 from tollgate.core import checkpoints
 from tollgate.core.checkpoints import AFTER_PROVIDER_RESPONSE
@@ -52,16 +53,11 @@ from tollgate.events import (
     JobOutcome,
     outbox_row,
 )
-from tollgate.jobtypes.invoice_extraction.schema import Invoice
-from tollgate.jobtypes.invoice_extraction.validation import (
-    KnownSupplier,
-    TenantPolicy,
-    ValidationReport,
-    validate_invoice,
-)
 from tollgate.execution.leasing import ClaimedJob, claim_next_job, extend_lease, peek_next_job, release_job
 from tollgate.execution.limiter.base import Limiter, LimiterUnavailable, Outcome, Permit, Reservation
-from tollgate.execution.llm.client import LlmClient, LlmResult, OutcomeClass
+from tollgate.execution.llm.client import LlmClient, LlmResult, OutcomeClass, Task
+from tollgate.jobtypes.base import Complexity, JobType, KnownSupplier, TenantPolicy, ValidationReport
+from tollgate.jobtypes.registry import job_type as registered_type
 from tollgate.outbox.nudge import NoNudge, Nudger
 
 logger = Logger(service="tollgate-worker", child=True)
@@ -74,18 +70,26 @@ PROVIDER_AUTH_COOLDOWN_SECONDS = 60.0
 
 @dataclass(frozen=True)
 class ModelRouter:
+    """Which model a job's attempt calls. ``auto`` routes by the document's complexity against the job
+    type's bounds (``Routing``); a job whose small-model result failed validation has been escalated and
+    calls the large model from then on. ``escalate`` says whether such a result is retried on the large
+    model (once) before the job goes to review."""
+
     small: str
     large: str
-    small_max_chars: int
+    escalate: bool = True
 
-    def choose(self, policy: str, pages: tuple[str, ...]) -> str:
-        """A smaller model for short single-page invoices, the larger one for everything else."""
+    def choose(self, policy: str, kind: JobType, complexity: Complexity, escalated: bool = False) -> str:
         if policy == "small":
             return self.small
-        if policy == "large":
+        if policy == "large" or escalated:
             return self.large
-        simple = len(pages) == 1 and sum(len(p) for p in pages) <= self.small_max_chars
-        return self.small if simple else self.large
+        return self.small if kind.routing.small_enough(complexity) else self.large
+
+    def escalates(self, policy: str, model: str | None, escalated: bool) -> bool:
+        """Whether a result of ``model`` that failed validation is retried on the large model first: only
+        an ``auto`` job's first small-model result, and only when escalation is on."""
+        return self.escalate and policy == "auto" and not escalated and model == self.small != self.large
 
 
 @dataclass(frozen=True)
@@ -305,13 +309,15 @@ async def run_attempt(
             lost_for_good = isinstance(error, DocumentUnavailable)
             outcome = OutcomeClass.DOCUMENT_UNAVAILABLE if lost_for_good else OutcomeClass.TRANSIENT
             result = LlmResult(outcome, "", error=str(error))
-            return await asyncio.to_thread(_finish, deps, job, (), result)
-        model = deps.router.choose(job.model_policy, pages)
+            return await asyncio.to_thread(_finish, deps, job, _task(job, ()), result)
+        task = _task(job, pages)
+        complexity = Complexity.of(pages, task.job_type.language(task.options))
+        model = deps.router.choose(job.model_policy, task.job_type, complexity, job.model_escalated)
         lost = asyncio.Event()
         heartbeat = asyncio.create_task(_heartbeat(deps, job, lost))
         try:
             unused = None  # from here the call owns the permit: it releases or cancels it
-            result = await _call_within_budget(deps, job, pages, model, lost, stop=stop, permit=permit)
+            result = await _call_within_budget(deps, job, task, model, lost, stop=stop, permit=permit)
         except LeaseLost:
             logger.warning("lease lost; attempt abandoned")
             await asyncio.to_thread(_record_discarded, deps, job, None)
@@ -328,7 +334,12 @@ async def run_attempt(
         if unused is not None:
             await _cancel_quietly(deps, unused)  # the attempt ended before its call (an error, or stop)
     checkpoints.reached(AFTER_PROVIDER_RESPONSE)
-    return await asyncio.to_thread(_finish, deps, job, pages, result)
+    return await asyncio.to_thread(_finish, deps, job, task, result, model)
+
+
+def _task(job: ClaimedJob, pages: tuple[str, ...]) -> Task:
+    kind = registered_type(job.job_type)
+    return Task(kind, pages, kind.parse_options(job.options))
 
 
 def job_log_keys(job: ClaimedJob) -> dict[str, Any]:
@@ -367,7 +378,7 @@ async def _heartbeat(deps: ExecutionDeps, job: ClaimedJob, lost: asyncio.Event) 
 async def _call_within_budget(
     deps: ExecutionDeps,
     job: ClaimedJob,
-    pages: tuple[str, ...],
+    task: Task,
     model: str,
     lost: asyncio.Event,
     *,
@@ -394,7 +405,8 @@ async def _call_within_budget(
 
     remaining = (job.deadline_at - deps.clock.now()).total_seconds()
     timeout = max(min(deps.retry_policy.attempt_timeout_seconds, remaining), 1.0)
-    call = asyncio.create_task(deps.llm.extract(pages, model, timeout, deps.max_output_tokens))
+    max_tokens = min(deps.max_output_tokens, task.job_type.max_output_tokens)
+    call = asyncio.create_task(deps.llm.extract(task, model, timeout, max_tokens))
     watch = asyncio.create_task(lost.wait())
     try:
         await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
@@ -458,11 +470,24 @@ def _tenant_policy(deps: ExecutionDeps, job: ClaimedJob) -> TenantPolicy:
 
 
 def _decide(
-    deps: ExecutionDeps, job: ClaimedJob, result: LlmResult, report: ValidationReport | None, now: datetime
+    deps: ExecutionDeps,
+    job: ClaimedJob,
+    result: LlmResult,
+    report: ValidationReport | None,
+    now: datetime,
+    *,
+    routed: str | None = None,
 ) -> tuple[JobState, datetime | None, dict[str, Any] | None]:
     """The job's next state, when it may run again, and the error to keep on it."""
     if result.outcome is OutcomeClass.OK and report is not None:
-        return (JobState.SUCCEEDED if report.passed else JobState.REVIEW_REQUIRED), None, None
+        if report.passed:
+            return JobState.SUCCEEDED, None, None
+        if deps.router.escalates(job.model_policy, routed, job.model_escalated):
+            start = _escalation_start(deps, job, now)
+            if start is not None:
+                reasons = [r.code for r in report.reasons]
+                return JobState.RETRY_SCHEDULED, start, {"outcome": "escalated", "reasons": reasons}
+        return JobState.REVIEW_REQUIRED, None, None
     error = {"outcome": result.outcome.value, "detail": result.error, "attempt": job.attempt}
     if result.outcome.retryable:
         start = next_attempt_at(
@@ -480,6 +505,15 @@ def _decide(
     else:
         error["reason"] = result.outcome.value
     return JobState.FAILED_TERMINAL, None, error
+
+
+def _escalation_start(deps: ExecutionDeps, job: ClaimedJob, now: datetime) -> datetime | None:
+    """At once, if an attempt is left and one whole attempt fits before the deadline; otherwise the small
+    model's result goes to review as it is (a late large-model answer helps no one)."""
+    if job.attempt >= job.max_attempts:
+        return None
+    left = (job.deadline_at - now).total_seconds()
+    return now if left >= deps.retry_policy.attempt_timeout_seconds else None
 
 
 def _attempt_params(
@@ -514,15 +548,24 @@ def _record_discarded(deps: ExecutionDeps, job: ClaimedJob, result: LlmResult | 
         conn.execute(deps.db.q.record_attempt, _attempt_params(deps, job, result, "discarded_stale"))
 
 
-def _finish(deps: ExecutionDeps, job: ClaimedJob, pages: tuple[str, ...], result: LlmResult) -> AttemptReport:
+def _finish(
+    deps: ExecutionDeps, job: ClaimedJob, task: Task, result: LlmResult, routed: str | None = None
+) -> AttemptReport:
+    """``routed`` is the model the router chose (the provider may answer with a dated name of it)."""
     report = None
-    if result.outcome is OutcomeClass.OK and result.invoice is not None:
-        report = validate_invoice(result.invoice, pages, _tenant_policy(deps, job))
+    if result.outcome is OutcomeClass.OK and result.output is not None:
+        policy = _tenant_policy(deps, job)
+        report = task.job_type.validate(result.output, task.pages, task.options, policy)
     now = deps.clock.now()
-    state, next_at, error = _decide(deps, job, result, report, now)
+    state, next_at, error = _decide(deps, job, result, report, now, routed=routed)
     checked_transition(JobState.RUNNING, state)
-    reasons = [r.as_dict() for r in report.reasons] if report else []
-    params = _attempt_params(deps, job, result, result.outcome.value)
+    escalated = state is JobState.RETRY_SCHEDULED and report is not None
+    reasons = [r.as_dict() for r in report.reasons] if report and not escalated else []
+    outcome = "escalated" if escalated else result.outcome.value
+    params = _attempt_params(deps, job, result, outcome)
+    if escalated and report is not None:
+        # The attempt record keeps what the small model got wrong; the result itself is not stored.
+        params["error"] = Jsonb({"reasons": [r.as_dict() for r in report.reasons]})
     with deps.db.transaction() as conn:
         finished = conn.execute(
             deps.db.q.finish_running_job,
@@ -534,16 +577,17 @@ def _finish(deps: ExecutionDeps, job: ClaimedJob, pages: tuple[str, ...], result
                 "next_attempt_at": next_at,
                 "last_error": Jsonb(error) if error else None,
                 "finished_at": now if state.is_finished else None,
+                "escalate": escalated,
             },
         ).fetchone()
         if finished is not None:
             conn.execute(deps.db.q.record_attempt, params)
-            if report is not None and result.invoice is not None:
+            if report is not None and result.output is not None and not escalated:
                 _insert_result(
                     conn,
                     deps,
                     job,
-                    invoice=result.invoice,
+                    output=result.output,
                     policy_version=report.policy_version,
                     reasons=reasons,
                 )
@@ -554,7 +598,8 @@ def _finish(deps: ExecutionDeps, job: ClaimedJob, pages: tuple[str, ...], result
         return AttemptReport(AttemptEnd.LOST, result.outcome, result.model)
     if state in EVENT_FOR_STATE:
         deps.nudger.nudge()
-    if report is not None:  # a result was judged: the review rate is those that went to review among them
+    if report is not None and not escalated:
+        # A result was judged for good: the review rate is those that went to review among them.
         deps.metrics.count(EXTRACTIONS_VALIDATED)
         deps.metrics.count(REVIEWS_REQUIRED, int(state is JobState.REVIEW_REQUIRED))
     logger.info("attempt finished", extra={"state": state.value, "outcome": result.outcome.value})
@@ -568,7 +613,7 @@ def _insert_result(
     deps: ExecutionDeps,
     job: ClaimedJob,
     *,
-    invoice: Invoice,
+    output: BaseModel,
     policy_version: str,
     reasons: list[dict[str, str]],
 ) -> None:
@@ -579,7 +624,7 @@ def _insert_result(
             "tenant_id": job.tenant_id,
             "attempt": job.attempt,
             "policy_version": policy_version,
-            "result": Jsonb(invoice.model_dump(mode="json")),
+            "result": Jsonb(output.model_dump(mode="json")),
             "review_reasons": Jsonb(reasons),
         },
     )

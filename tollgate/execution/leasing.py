@@ -10,8 +10,9 @@ while the fence still matches; when it does not, the attempt has lost the job an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
@@ -36,6 +37,9 @@ class ClaimedJob:
     estimated_tokens: int
     trace_context: str | None
     state_version: int
+    job_type: str = "invoice_extraction"
+    options: dict[str, Any] = field(default_factory=dict)
+    model_escalated: bool = False  # the small model's result failed validation: this attempt is the large's
 
 
 # How many tenants a claim looks at per read of the run-queue, and how many it tries in all before it

@@ -34,7 +34,7 @@ INVOICE_EXTRACTION = JobType(
     evidence_fields=invoice_evidence.evidence_fields,
     # A short single-page invoice is the small model's; arithmetic over many lines is not.
     routing=Routing(max_pages=1, max_chars=6000, max_lines=80),
-    max_output_tokens=4000,
+    max_output_tokens=4096,
     queue="invoice-extraction",
 )
 

@@ -79,7 +79,8 @@ WITH ready AS (
     FROM picked
     WHERE j.job_id = picked.job_id AND picked.deadline_at > %(now)s
     RETURNING j.job_id, j.tenant_id, j.attempt, j.max_attempts, j.fence, j.deadline_at, j.document_id,
-              j.model_policy, j.estimated_tokens, j.trace_context, j.state_version
+              j.model_policy, j.estimated_tokens, j.trace_context, j.state_version, j.job_type, j.options,
+              j.model_escalated
 ), opened AS (
     INSERT INTO job_attempts (job_id, attempt, tenant_id, fence, worker_id, started_at)
     SELECT job_id, attempt, tenant_id, fence, %(worker_id)s, %(now)s FROM claimed
@@ -87,7 +88,8 @@ WITH ready AS (
 SELECT 'claimed' AS outcome, claimed.* FROM claimed
 UNION ALL
 SELECT 'expired', j.job_id, j.tenant_id, j.attempt, j.max_attempts, j.fence, j.deadline_at, j.document_id,
-       j.model_policy, j.estimated_tokens, j.trace_context, j.state_version
+       j.model_policy, j.estimated_tokens, j.trace_context, j.state_version, j.job_type, j.options,
+       j.model_escalated
 FROM picked JOIN extraction_jobs j USING (job_id)
 WHERE picked.deadline_at <= %(now)s
 
@@ -140,7 +142,7 @@ RETURNING job_id
 UPDATE extraction_jobs
 SET state = %(state)s, lease_owner = NULL, lease_until = NULL, next_attempt_at = %(next_attempt_at)s,
     state_version = state_version + 1, updated_at = %(now)s, last_error = %(last_error)s,
-    finished_at = %(finished_at)s
+    finished_at = %(finished_at)s, model_escalated = model_escalated OR %(escalate)s
 WHERE job_id = %(job_id)s AND state = 'RUNNING' AND fence = %(fence)s AND lease_until > %(now)s
 RETURNING job_id, tenant_id, state_version, trace_context
 
