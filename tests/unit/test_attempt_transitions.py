@@ -66,7 +66,7 @@ def test_finishing_a_running_job_into_ready_is_refused_before_anything_is_writte
         heartbeat_seconds=20,
         max_output_tokens=1000,
     )
-    monkeypatch.setattr(attempt, "_decide", lambda *args: (JobState.READY, None, None))
+    monkeypatch.setattr(attempt, "_decide", lambda *args, **kwargs: (JobState.READY, None, None))
 
     # When the attempt finishes, then the move is refused and no transaction was opened.
     with pytest.raises(IllegalTransition, match="from RUNNING to READY"):

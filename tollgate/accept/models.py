@@ -53,7 +53,7 @@ class CreateJobRequest(Strict):
     job_type: str = Field(
         default=DEFAULT_JOB_TYPE,
         description="What to do with the document: "
-        + "; ".join(f"`{t.name}`: {t.summary}" for t in JOB_TYPES.values()),
+        + "; ".join(f"`{t.name}`, {t.summary}" for t in JOB_TYPES.values()),
         json_schema_extra={"enum": list(JOB_TYPES)},
     )
     document: InlineDocument | DocumentReference

@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from tollgate.jobtypes import document_classification as classification
-from tollgate.jobtypes import document_summary as summary
 from tollgate.jobtypes.base import JobType, Routing
 from tollgate.jobtypes.document_classification import prompt as classification_prompt
 from tollgate.jobtypes.document_classification import schema as classification_schema
@@ -21,7 +19,7 @@ from tollgate.jobtypes.invoice_extraction.options import InvoiceOptions
 
 INVOICE_EXTRACTION = JobType(
     name="invoice_extraction",
-    summary="ERP fields of an invoice (supplier, numbers, dates, lines, totals), each with its evidence.",
+    summary="the ERP fields of an invoice, each with its evidence (options: InvoiceOptions).",
     schema_version="invoice.v1",
     options=InvoiceOptions,
     output=invoice_schema.Invoice,
@@ -40,7 +38,7 @@ INVOICE_EXTRACTION = JobType(
 
 DOCUMENT_SUMMARY = JobType(
     name="document_summary",
-    summary=summary.__doc__ or "",
+    summary="a summary within a word limit and key facts, each with its evidence (options: SummaryOptions).",
     schema_version=summary_schema.SCHEMA_VERSION,
     options=summary_schema.SummaryOptions,
     output=summary_schema.DocumentSummary,
@@ -58,7 +56,7 @@ DOCUMENT_SUMMARY = JobType(
 
 DOCUMENT_CLASSIFICATION = JobType(
     name="document_classification",
-    summary=classification.__doc__ or "",
+    summary="one label of the set the job names, with its evidence (options: ClassificationOptions).",
     schema_version=classification_schema.SCHEMA_VERSION,
     options=classification_schema.ClassificationOptions,
     output=classification_schema.DocumentClassification,
