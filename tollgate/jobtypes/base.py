@@ -122,6 +122,7 @@ class JobType:
     schema_name: str
     prompt_version: str
     system_prompt: Callable[[Any], str]  # from the job's parsed options
+    policy_version: str  # the version of ``validate``'s rules, stored with each result it judged
     validate: Validate  # (output, pages, options, tenant policy) -> report
     evidence_fields: EvidenceFields  # every piece of evidence an output carries, by field path
     routing: Routing

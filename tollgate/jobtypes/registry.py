@@ -26,6 +26,7 @@ INVOICE_EXTRACTION = JobType(
     schema_name=invoice_schema.SCHEMA_NAME,
     prompt_version=invoice_prompt.PROMPT_VERSION,
     system_prompt=lambda _options: invoice_prompt.SYSTEM,
+    policy_version=invoice_validation.POLICY_VERSION,
     validate=lambda output, pages, _options, policy: invoice_validation.validate_invoice(
         output, pages, policy
     ),
@@ -45,6 +46,7 @@ DOCUMENT_SUMMARY = JobType(
     schema_name=summary_schema.SCHEMA_NAME,
     prompt_version=summary_prompt.PROMPT_VERSION,
     system_prompt=summary_prompt.system_prompt,
+    policy_version=summary_schema.POLICY_VERSION,
     validate=summary_schema.validate_summary,
     evidence_fields=summary_schema.evidence_fields,
     routing=Routing(
@@ -63,6 +65,7 @@ DOCUMENT_CLASSIFICATION = JobType(
     schema_name=classification_schema.SCHEMA_NAME,
     prompt_version=classification_prompt.PROMPT_VERSION,
     system_prompt=classification_prompt.system_prompt,
+    policy_version=classification_schema.POLICY_VERSION,
     validate=classification_schema.validate_classification,
     evidence_fields=classification_schema.evidence_fields,
     routing=Routing(max_pages=5, max_chars=20000, max_lines=600),
