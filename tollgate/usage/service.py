@@ -151,7 +151,9 @@ def get_usage(db: Database, tenant_id: UUID | None, query: UsageQuery) -> UsageR
             row = _with_jobs(dict(by_key.get(key) or {}), jobs_by_key.get(key))
             row.update(tenant=key[0], day=key[1], job_type=key[2])
             rows.append(UsageRow.model_validate(row))
-    total = _with_jobs(_sum(attempts, ("attempts", "input_tokens", "output_tokens", "cost_usd")), _sum_jobs(jobs))
+    total = _with_jobs(
+        _sum(attempts, ("attempts", "input_tokens", "output_tokens", "cost_usd")), _sum_jobs(jobs)
+    )
     return UsageReport(
         from_day=query.from_day,
         to_day=query.to_day,
@@ -187,7 +189,9 @@ def _with_jobs(row: dict[str, Any], jobs: dict[str, Any] | None) -> dict[str, An
     }
 
 
-def month_spend(conn: Conn, q: Queries, tenant_id: UUID, month: date, system_budget: float | None) -> MonthSpend:
+def month_spend(
+    conn: Conn, q: Queries, tenant_id: UUID, month: date, system_budget: float | None
+) -> MonthSpend:
     row = conn.execute(q.tenant_month_spend, {"tenant_id": tenant_id, "month": month}).fetchone()
     if row is None:
         raise NotFound(f"no tenant {tenant_id}")

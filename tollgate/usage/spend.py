@@ -94,7 +94,9 @@ class MonthSpend:
         """Why the worker may not start a call estimated at ``estimate``, or None: only what was spent
         counts here (the job's own reservation is part of what is held, so it is not counted against it)."""
         if self.budget is not None and self.spent + estimate > self.budget:
-            return f"the tenant's monthly budget of {self.budget} USD would be passed ({self.spent} USD spent)"
+            return (
+                f"the tenant's monthly budget of {self.budget} USD would be passed ({self.spent} USD spent)"
+            )
         if self.system_budget is not None and self.system_spent + estimate > self.system_budget:
             return f"the system's monthly budget of {self.system_budget} USD would be passed"
         return None
