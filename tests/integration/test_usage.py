@@ -16,7 +16,6 @@ from tests.integration.test_execution import (
     make_deps,
     ok,
     rows,
-    supplier_tenant,  # noqa: F401  (a fixture)
 )
 from tests.support import invoice_request
 from tollgate.core.clock import FakeClock, SystemClock, new_id
@@ -25,9 +24,17 @@ from tollgate.core.retry import RetryPolicy
 from tollgate.execution.attempt import AttemptEnd, run_attempt
 from tollgate.scheduler.tick import SchedulerDeps, run_scheduler
 from tollgate.tenants.keys import Scope, create_key
+from tollgate.tenants.suppliers import add_supplier
 from tollgate_dev.local.client import ApiClient
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def supplier_tenant(tenant, system_db):
+    add_supplier(system_db, tenant.tenant_id, "Nordwind Logistik GmbH", "DE89370400440532013000", new_id)
+    return tenant
+
 
 # ok(): 900 input and 300 output tokens on the small model at (0.4, 1.6) USD per million.
 OK_COST = Decimal("0.000840")

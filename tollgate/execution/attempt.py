@@ -535,7 +535,12 @@ def _announce_spend(conn: Conn, deps: ExecutionDeps, job: ClaimedJob, params: di
     if not params["cost_usd"]:
         return []
     return announce_spend_thresholds(
-        conn, deps.db.q, job.tenant_id, month_of(params["now"]), deps.new_id, job.trace_context
+        conn,
+        deps.db.q,
+        job.tenant_id,
+        month_of(params["now"]),
+        new_id=deps.new_id,
+        trace_context=job.trace_context,
     )
 
 

@@ -97,8 +97,8 @@ def parse_usage_query(
     to_day = day(to_text, "to", today)
     from_day = day(from_text, "from", to_day.replace(day=1))
     dimensions: list[UsageDimension] = []
-    for name in (group_by or "").split(","):
-        name = name.strip()
+    for raw in (group_by or "").split(","):
+        name = raw.strip()
         if not name:
             continue
         try:
@@ -199,7 +199,7 @@ def month_spend(
 
 
 def announce_spend_thresholds(
-    conn: Conn, q: Queries, tenant_id: UUID, month: date, new_id: IdFactory, trace_context: str | None
+    conn: Conn, q: Queries, tenant_id: UUID, month: date, *, new_id: IdFactory, trace_context: str | None
 ) -> list[int]:
     """In the transaction that recorded an attempt's cost: one tenant.spend_threshold.v1 event for each
     threshold the month's spend crossed, once per tenant, month and threshold. Returns those announced."""

@@ -21,8 +21,8 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         "/usage",
         summary="The tenant's usage and cost over a range of days",
         description="Read from aggregates written with each attempt's outcome, never by counting jobs. Needs "
-        "the jobs:read scope. Attempts, tokens and cost count on the UTC day each attempt closed; jobs on the "
-        "day they finished. cost_per_completed_job divides the cost of every attempt of the jobs that "
+        "the jobs:read scope. Attempts, tokens and cost count on the UTC day each attempt closed; jobs on "
+        "the day they finished. cost_per_completed_job divides the cost of every attempt of the jobs that "
         "completed (SUCCEEDED) by their number; it is null when grouping by model.",
         responses={**documented(UsageReport, "Usage rows and their total"), **problem_responses(401, 422)},
         tags=["usage"],
