@@ -225,6 +225,13 @@ BEGIN
             PERFORM add_spend(NEW.tenant_id, NEW.job_id, OLD.spend_month, 0, -OLD.reserved_usd);
         END IF;
         NEW.reserved_usd := 0;
+    END IF;
+    -- A finished row without finish time is refused by finished_iff_terminal after this trigger: leave the
+    -- refusal to the constraint rather than fail on a NULL day here.
+    IF NEW.finished_at IS NULL THEN
+        RETURN NEW;
+    END IF;
+    IF was_unfinished AND NOT is_unfinished THEN
         PERFORM add_job_usage(NEW.tenant_id, (NEW.finished_at AT TIME ZONE 'UTC')::date, NEW.job_type,
                               1, 0, 0, 0, 0);
     END IF;
