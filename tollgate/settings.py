@@ -85,7 +85,25 @@ class ExtractionSettings(BaseSettings):
     )
 
 
-class ApiSettings(DatabaseSettings, AdmissionSettings, ExtractionSettings):
+class PricingSettings(BaseSettings):
+    """Shared by acceptance (it estimates a job's cost against spend budgets) and the worker (it records each
+    attempt's cost and stops before a call that would pass a budget): one price table for both."""
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    model_prices: dict[str, tuple[float, float]] = Field(
+        default={"gpt-4.1-mini": (0.40, 1.60), "gpt-4.1": (2.00, 8.00)},
+        description="USD per million input and output tokens, per model (JSON); check the provider's prices.",
+    )
+    system_monthly_budget_usd: float | None = Field(
+        default=None,
+        ge=0,
+        description="Spend budget in USD per UTC month across all tenants; unset is none. Admission refuses "
+        "(429 spend-budget-exhausted) and workers stop calling when it would be passed.",
+    )
+
+
+class ApiSettings(DatabaseSettings, AdmissionSettings, ExtractionSettings, PricingSettings):
     """The acceptance API Lambda."""
 
     documents_bucket: str = Field(description="Versioned S3 bucket holding tenants' documents.")
@@ -272,7 +290,9 @@ class LimiterSettings(BaseSettings):
     )
 
 
-class WorkerSettings(SystemDatabaseSettings, RetrySettings, ExtractionSettings, LimiterSettings):
+class WorkerSettings(
+    SystemDatabaseSettings, RetrySettings, ExtractionSettings, LimiterSettings, PricingSettings
+):
     """The ECS worker: ingress consumer and execution slots."""
 
     jobs_queue_url: str = Field(description="URL of the jobs SQS FIFO queue.")
@@ -299,10 +319,6 @@ class WorkerSettings(SystemDatabaseSettings, RetrySettings, ExtractionSettings, 
         default=True,
         description="Retry a job whose small-model result failed validation once on the large model before "
         "it goes to review (each attempt keeps its own model, tokens and cost).",
-    )
-    model_prices: dict[str, tuple[float, float]] = Field(
-        default={"gpt-4.1-mini": (0.40, 1.60), "gpt-4.1": (2.00, 8.00)},
-        description="USD per million input and output tokens, per model (JSON); check the provider's prices.",
     )
     execution_slots: int = Field(default=4, ge=1, le=256, description="Attempts one worker runs at once.")
     lease_seconds: int = Field(default=60, ge=5, description="Lease on a claimed job; heartbeats extend it.")

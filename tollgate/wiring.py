@@ -197,6 +197,7 @@ def build_execution(
         max_output_tokens=settings.max_output_tokens,
         nudger=nudger or _relay_nudger(settings.relay_function_name),
         metrics=metrics or RecordedMetrics(),
+        system_monthly_budget_usd=settings.system_monthly_budget_usd,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
@@ -133,6 +134,25 @@ class JobLinks(BaseModel):
     cancel: str
 
 
+class JobUsage(BaseModel):
+    """What the job's attempts have recorded so far: tokens and cost, summed over every attempt closed,
+    including those whose answer was discarded (their cost is real)."""
+
+    input_tokens: int = Field(description="Prompt tokens over all the job's attempts.")
+    output_tokens: int = Field(description="Completion tokens over all the job's attempts.")
+    cost_usd: Decimal = Field(description="Cost in USD over all the job's attempts, at the worker's prices.")
+    attempts: int = Field(description="Attempts closed (with or without a provider call).")
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> JobUsage:
+        return cls(
+            input_tokens=row["input_tokens"],
+            output_tokens=row["output_tokens"],
+            cost_usd=row["cost_usd"],
+            attempts=row["attempts_recorded"],
+        )
+
+
 class JobView(BaseModel):
     job_id: UUID
     job_type: str
@@ -150,6 +170,7 @@ class JobView(BaseModel):
     updated_at: datetime
     finished_at: datetime | None
     last_error: dict[str, object] | None
+    usage: JobUsage
     links: JobLinks
 
 
@@ -181,6 +202,7 @@ class JobResultView(BaseModel):
     )
     review: ResultReview | None = Field(description="Null for the model's own result.")
     created_at: datetime
+    usage: JobUsage
 
 
 class AttemptView(BaseModel):

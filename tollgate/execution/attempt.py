@@ -39,6 +39,8 @@ from tollgate.core.metrics import (
     PROVIDER_CALLS,
     PROVIDER_THROTTLED,
     REVIEWS_REQUIRED,
+    SPEND_BUDGET_STOPS,
+    SPEND_THRESHOLDS_CROSSED,
     MetricsSink,
     RecordedMetrics,
 )
@@ -59,6 +61,8 @@ from tollgate.execution.llm.client import LlmClient, LlmResult, OutcomeClass, Ta
 from tollgate.jobtypes.base import Complexity, JobType, KnownSupplier, TenantPolicy, ValidationReport
 from tollgate.jobtypes.registry import job_type as registered_type
 from tollgate.outbox.nudge import NoNudge, Nudger
+from tollgate.usage.service import announce_spend_thresholds, month_spend
+from tollgate.usage.spend import estimated_cost, month_of, next_month_start
 
 logger = Logger(service="tollgate-worker", child=True)
 
@@ -113,6 +117,8 @@ class ExecutionDeps:
     # Wakes the outbox relay after a terminal outcome, so the tenant's webhook goes out at once.
     nudger: Nudger = field(default_factory=NoNudge)
     metrics: MetricsSink = field(default_factory=RecordedMetrics)
+    # The system's spend budget per UTC month (tenants' own are in their rows); None is none.
+    system_monthly_budget_usd: float | None = None
 
 
 class AttemptEnd(StrEnum):
@@ -313,6 +319,12 @@ async def run_attempt(
         task = _task(job, pages)
         complexity = Complexity.of(pages, task.job_type.language(task.options))
         model = deps.router.choose(job.model_policy, task.job_type, complexity, job.model_escalated)
+        over_budget = await asyncio.to_thread(_spend_refusal, deps, job, model)
+        if over_budget is not None:
+            if permit is not None:
+                unused = None
+                await _cancel_quietly(deps, permit)  # no call goes out under it
+            return await asyncio.to_thread(_stop_for_budget, deps, job, model, over_budget)
         lost = asyncio.Event()
         heartbeat = asyncio.create_task(_heartbeat(deps, job, lost))
         try:
@@ -544,8 +556,94 @@ def _attempt_params(
 
 def _record_discarded(deps: ExecutionDeps, job: ClaimedJob, result: LlmResult | None) -> None:
     """The attempt's cost is real even when its answer is thrown away: keep the record, not the result."""
+    params = _attempt_params(deps, job, result, "discarded_stale")
     with deps.db.transaction() as conn:
-        conn.execute(deps.db.q.record_attempt, _attempt_params(deps, job, result, "discarded_stale"))
+        conn.execute(deps.db.q.record_attempt, params)
+        crossed = _announce_spend(conn, deps, job, params)
+    _count_crossed(deps, crossed)
+
+
+def _announce_spend(conn: Conn, deps: ExecutionDeps, job: ClaimedJob, params: dict[str, Any]) -> list[int]:
+    """After record_attempt, in its transaction: the cost is in the month's spend (a trigger added it), so a
+    threshold it crossed is announced here, once."""
+    if not params["cost_usd"]:
+        return []
+    return announce_spend_thresholds(
+        conn,
+        deps.db.q,
+        job.tenant_id,
+        month_of(params["now"]),
+        new_id=deps.new_id,
+        trace_context=job.trace_context,
+    )
+
+
+def _count_crossed(deps: ExecutionDeps, crossed: list[int]) -> None:
+    if crossed:
+        deps.metrics.count(SPEND_THRESHOLDS_CROSSED, len(crossed))
+        logger.warning("spend threshold crossed", extra={"thresholds": crossed})
+
+
+def _spend_refusal(deps: ExecutionDeps, job: ClaimedJob, model: str) -> str | None:
+    """Why no call may start: this attempt's estimate at the model's dearest price, with the month's spent
+    cost, would pass the tenant's or the system's budget. One read of counter rows by key."""
+    now = deps.clock.now()
+    with deps.db.transaction() as conn:
+        spend = month_spend(conn, deps.db.q, job.tenant_id, month_of(now), deps.system_monthly_budget_usd)
+    return spend.call_refusal(estimated_cost(deps.prices, job.estimated_tokens, model))
+
+
+def _stop_for_budget(deps: ExecutionDeps, job: ClaimedJob, model: str, why: str) -> AttemptReport:
+    """No call: the job waits for the next month when that is before its deadline, else it fails with reason
+    spend_budget_exhausted. The attempt is closed with no tokens and outcome spend_budget_exhausted."""
+    now = deps.clock.now()
+    opens = next_month_start(now)
+    error = {"outcome": SPEND_BUDGET_EXHAUSTED, "detail": why, "attempt": job.attempt}
+    waits = opens < job.deadline_at
+    if not waits:
+        error["reason"] = SPEND_BUDGET_EXHAUSTED
+    state = JobState.RETRY_SCHEDULED if waits else JobState.FAILED_TERMINAL
+    checked_transition(JobState.RUNNING, state)
+    params = _attempt_params(deps, job, None, SPEND_BUDGET_EXHAUSTED)
+    with deps.db.transaction() as conn:
+        if waits:
+            finished = conn.execute(
+                deps.db.q.defer_running_job_for_budget,
+                {
+                    "job_id": job.job_id,
+                    "fence": job.fence,
+                    "now": now,
+                    "next_attempt_at": opens,
+                    "last_error": Jsonb(error),
+                },
+            ).fetchone()
+        else:
+            finished = conn.execute(
+                deps.db.q.finish_running_job,
+                {
+                    "job_id": job.job_id,
+                    "fence": job.fence,
+                    "now": now,
+                    "state": state.value,
+                    "next_attempt_at": None,
+                    "last_error": Jsonb(error),
+                    "finished_at": now,
+                    "escalate": False,
+                },
+            ).fetchone()
+        conn.execute(deps.db.q.record_attempt, params)
+        if finished is not None:
+            _insert_event(conn, deps, job, state=state, finished=finished, reasons=[], error=error)
+    deps.metrics.count(SPEND_BUDGET_STOPS)
+    if finished is None:
+        return AttemptReport(AttemptEnd.LOST, model=model)
+    logger.warning("no call: the spend budget would be passed", extra={"state": state.value, "detail": why})
+    if state in EVENT_FOR_STATE:
+        deps.nudger.nudge()
+    return AttemptReport(AttemptEnd(state.value), model=model)
+
+
+SPEND_BUDGET_EXHAUSTED = "spend_budget_exhausted"
 
 
 def _finish(
@@ -580,8 +678,10 @@ def _finish(
                 "escalate": escalated,
             },
         ).fetchone()
+        crossed: list[int] = []
         if finished is not None:
             conn.execute(deps.db.q.record_attempt, params)
+            crossed = _announce_spend(conn, deps, job, params)
             if report is not None and result.output is not None and not escalated:
                 _insert_result(
                     conn,
@@ -596,6 +696,7 @@ def _finish(
         logger.warning("stale attempt: the job moved on; its answer is discarded")
         _record_discarded(deps, job, result)
         return AttemptReport(AttemptEnd.LOST, result.outcome, result.model)
+    _count_crossed(deps, crossed)
     if state in EVENT_FOR_STATE:
         deps.nudger.nudge()
     if report is not None and not escalated:

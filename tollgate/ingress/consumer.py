@@ -63,7 +63,7 @@ class PoisonMessage(ValueError):
 def record_event(db: Database, clock: Clock, body: str, message_id: str) -> IngressOutcome:
     try:
         event = OutboxEvent.model_validate_json(body)
-        job_id = event.data().job_id
+        job_id = event.job_data().job_id
     except (ValidationError, UnknownEventType) as error:
         raise PoisonMessage(f"message {message_id} is not an extraction event: {error}") from None
     digest = hashlib.sha256(body.encode()).hexdigest()

@@ -98,7 +98,7 @@ class DeadLetter:
         if self.event is None:
             return None
         try:
-            return self.event.data().job_id
+            return self.event.job_data().job_id
         except (ValidationError, UnknownEventType):
             return None
 

@@ -191,7 +191,7 @@ def _dead_letter(message_id: str, body: str) -> DeadLetterFact:
     except ValidationError:
         return DeadLetterFact(message_id, None, None)
     try:
-        job_id = event.data().job_id
+        job_id = event.job_data().job_id
     except (ValidationError, UnknownEventType):
         return DeadLetterFact(message_id, event.event_id, None)
     return DeadLetterFact(message_id, event.event_id, job_id)

@@ -19,11 +19,12 @@ WHERE j.tenant_id = %(tenant_id)s AND j.idempotency_key = %(idempotency_key)s
 INSERT INTO extraction_jobs (
     job_id, tenant_id, idempotency_key, request_hash, job_type, document_id, schema_version,
     model_policy, options, metadata, priority, max_attempts, estimated_tokens, document_bytes,
-    deadline_at, trace_context)
+    deadline_at, trace_context, reserved_usd, spend_month)
 VALUES (
     %(job_id)s, %(tenant_id)s, %(idempotency_key)s, %(request_hash)s, %(job_type)s, %(document_id)s,
     %(schema_version)s, %(model_policy)s, %(options)s, %(metadata)s, %(priority)s, %(max_attempts)s,
-    %(estimated_tokens)s, %(document_bytes)s, %(deadline_at)s, %(trace_context)s)
+    %(estimated_tokens)s, %(document_bytes)s, %(deadline_at)s, %(trace_context)s, %(reserved_usd)s,
+    %(spend_month)s)
 RETURNING *
 
 -- name: get_job
