@@ -221,6 +221,7 @@ class WorkerStack(cdk.Stack):
             "MAX_OUTPUT_TOKENS": str(config.jobs.max_output_tokens),
             **settings_environment(config.retry),
             **settings_environment(config.worker),
+            **settings_environment(config.pricing),
         }
 
     def _grant(
