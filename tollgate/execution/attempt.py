@@ -142,6 +142,10 @@ class LeaseLost(Exception):
     pass
 
 
+class StaleAttempt(Exception):
+    """The fenced write found the job moved on: what the transaction wrote for the attempt is undone."""
+
+
 class HandBack(Exception):
     """The worker stopped while the attempt waited for budget: no call went out, so the job goes back."""
 
@@ -664,23 +668,28 @@ def _finish(
     if escalated and report is not None:
         # The attempt record keeps what the small model got wrong; the result itself is not stored.
         params["error"] = Jsonb({"reasons": [r.as_dict() for r in report.reasons]})
-    with deps.db.transaction() as conn:
-        finished = conn.execute(
-            deps.db.q.finish_running_job,
-            {
-                "job_id": job.job_id,
-                "fence": job.fence,
-                "now": now,
-                "state": state.value,
-                "next_attempt_at": next_at,
-                "last_error": Jsonb(error) if error else None,
-                "finished_at": now if state.is_finished else None,
-                "escalate": escalated,
-            },
-        ).fetchone()
-        crossed: list[int] = []
-        if finished is not None:
+    crossed: list[int] = []
+    try:
+        with deps.db.transaction() as conn:
+            # The attempt first: its cost takes the month's spend rows before the job's update takes its
+            # queue rows, the order acceptance takes them in, so the two never wait on each other in a
+            # cycle. A stale attempt undoes it (StaleAttempt rolls the transaction back).
             conn.execute(deps.db.q.record_attempt, params)
+            finished = conn.execute(
+                deps.db.q.finish_running_job,
+                {
+                    "job_id": job.job_id,
+                    "fence": job.fence,
+                    "now": now,
+                    "state": state.value,
+                    "next_attempt_at": next_at,
+                    "last_error": Jsonb(error) if error else None,
+                    "finished_at": now if state.is_finished else None,
+                    "escalate": escalated,
+                },
+            ).fetchone()
+            if finished is None:
+                raise StaleAttempt
             crossed = _announce_spend(conn, deps, job, params)
             if report is not None and result.output is not None and not escalated:
                 _insert_result(
@@ -692,6 +701,8 @@ def _finish(
                     reasons=reasons,
                 )
             _insert_event(conn, deps, job, state=state, finished=finished, reasons=reasons, error=error)
+    except StaleAttempt:
+        finished = None
     if finished is None:
         logger.warning("stale attempt: the job moved on; its answer is discarded")
         _record_discarded(deps, job, result)
