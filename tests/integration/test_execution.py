@@ -18,11 +18,11 @@ from tollgate.core.metrics import RecordedMetrics
 from tollgate.core.retry import RetryPolicy
 from tollgate.events import ExtractionFailed
 from tollgate.execution.attempt import AttemptEnd, ExecutionDeps, ModelRouter, run_attempt
-from tollgate.jobtypes.invoice_extraction.schema import Invoice
 from tollgate.execution.leasing import claim_next_job
 from tollgate.execution.limiter.base import Denied, Reservation
 from tollgate.execution.limiter.local import InProcessLimiter
 from tollgate.execution.llm.client import LlmResult, OutcomeClass
+from tollgate.jobtypes.invoice_extraction.schema import Invoice
 from tollgate.scheduler.tick import SchedulerDeps, run_scheduler
 from tollgate.tenants.suppliers import add_supplier
 from tollgate_dev.local.runtime import LOCAL_BUCKET
@@ -477,7 +477,7 @@ def test_on_stop_a_worker_drains_then_hands_back_what_it_cannot_finish(supplier_
         stop = asyncio.Event()
         worker = asyncio.create_task(
             run_worker(
-                ingress, deps, WorkerConfig(slots=1, tenant_cap=8, idle_seconds=0.05, drain_seconds=0), stop
+                [ingress], deps, WorkerConfig(slots=1, tenant_cap=8, idle_seconds=0.05, drain_seconds=0), stop
             )
         )
         # the job is claimed and its call is in flight
