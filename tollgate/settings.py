@@ -223,7 +223,7 @@ class RetentionSettings(BaseSettings):
         ge=1,
         le=3650,
         description="Execution inbox and quarantine rows are deleted this many days after receipt; above "
-        "the 18 days an SQS message can live (4 in the jobs queue, 14 in its DLQ), so a redelivery finds its "
+        "the 18 days an SQS message can live (4 in a job type's queue, 14 in its DLQ), so a redelivery finds its "
         "row.",
     )
     retention_batch_size: int = Field(

@@ -241,3 +241,11 @@ def test_the_scheduler_archives_to_the_stages_documents_bucket(
         "${AWS::AccountId}", "${AWS::Region}"
     )
     assert variables["RETENTION_DEFAULT_DAYS"] == str(config.retention.retention_default_days)
+
+
+@pytest.mark.parametrize("job_type", sorted(JOB_TYPES))
+def test_an_inbox_row_outlives_any_message_of_its_type(config: StageConfig, job_type: str) -> None:
+    """A redelivery must find its inbox row: a message lives its type's retention, then 14 days in the DLQ."""
+    lives = JOB_TYPES[job_type].message_retention_days + FOURTEEN_DAYS // (24 * 3600)
+
+    assert lives < config.retention.retention_inbox_days
