@@ -223,8 +223,8 @@ class RetentionSettings(BaseSettings):
         ge=1,
         le=3650,
         description="Execution inbox and quarantine rows are deleted this many days after receipt; above "
-        "the 18 days an SQS message can live (4 in a job type's queue, 14 in its DLQ), so a redelivery finds its "
-        "row.",
+        "the 18 days an SQS message can live (4 in a job type's queue, 14 in its DLQ), so a redelivery finds "
+        "its row.",
     )
     retention_batch_size: int = Field(
         default=500, ge=1, le=5000, description="Rows per retention batch; each batch is its own transaction."
