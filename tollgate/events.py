@@ -85,6 +85,12 @@ class ExtractionRequested(EventPayload):
 
     event_type: ClassVar[str] = EXTRACTION_REQUESTED
 
+    # A default, so that rows written before job types had queues of their own still parse.
+    job_type: str = Field(
+        default="invoice_extraction",
+        description="The job's type; the relay sends the event to that type's queue.",
+    )
+
 
 class JobOutcome(EventPayload):
     """The fields every outcome event carries, whoever ended the job (the worker or the scheduler)."""

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from app import cdk_json_context
 from stacks.config import FARGATE_MEMORY, REPO_ROOT, StageConfig, settings_environment
+from tollgate.jobtypes.registry import JOB_TYPES
 from tollgate.settings import (
     AdmissionSettings,
     ApiSettings,
@@ -22,6 +23,8 @@ from tollgate.settings import (
 )
 
 pytestmark = pytest.mark.infrastructure
+
+QUEUES = {name: "q" for name in JOB_TYPES}
 
 
 @pytest.mark.parametrize("stage", sorted(cdk_json_context()["stages"]))
@@ -135,7 +138,7 @@ def test_structured_settings_render_as_json_the_models_read_back(monkeypatch: py
     monkeypatch.setenv("MODEL_PRICES", rendered)
 
     settings = WorkerSettings(
-        jobs_queue_url="q", documents_bucket="b", database_url="postgresql://x", openai_api_key="k"
+        job_queue_urls=QUEUES, documents_bucket="b", database_url="postgresql://x", openai_api_key="k"
     )
 
     assert settings.model_prices == {"gpt-4.1-mini": (0.5, 2.0)}
@@ -153,7 +156,7 @@ def test_a_stage_names_its_providers_structured_output_and_the_worker_reads_it_b
     )
 
     settings = WorkerSettings(
-        jobs_queue_url="q", documents_bucket="b", database_url="postgresql://x", openai_api_key="k"
+        job_queue_urls=QUEUES, documents_bucket="b", database_url="postgresql://x", openai_api_key="k"
     )
 
     assert settings.provider_structured_output == mode

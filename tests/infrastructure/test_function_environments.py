@@ -10,7 +10,7 @@ import pytest
 from pydantic_settings import BaseSettings
 
 from stacks.constructs.entrypoint_function import POWERTOOLS_VARIABLES
-from tests.infrastructure.cfn import function_by_handler, only
+from tests.infrastructure.cfn import function_by_handler, only, with_stand_ins
 from tollgate.settings import (
     ApiSettings,
     AuthorizerSettings,
@@ -139,7 +139,7 @@ def test_literal_values_pass_the_models_validation(
         monkeypatch.delenv(name.upper(), raising=False)
     for name, value in environment.items():
         if name not in POWERTOOLS_VARIABLES:
-            monkeypatch.setenv(name, value if isinstance(value, str) else "resolved-at-deploy")
+            monkeypatch.setenv(name, with_stand_ins(value))
 
     settings = model()
 

@@ -123,7 +123,7 @@ def test_a_light_tenants_job_gets_the_next_call_the_budget_admits(make_tenant, s
 
     async def scenario() -> tuple[list[str], list[int]]:
         stop = asyncio.Event()
-        worker = asyncio.create_task(run_worker(ingress_deps(system_db), deps, config, stop))
+        worker = asyncio.create_task(run_worker([ingress_deps(system_db)], deps, config, stop))
         running_while_waiting = []
         try:
             # The first call goes out at once; the other three slots wait for budget.
@@ -170,7 +170,7 @@ def test_an_unreachable_budget_claims_nothing_and_spends_no_attempt(tenant, syst
 
     async def scenario() -> None:
         stop = asyncio.Event()
-        worker = asyncio.create_task(run_worker(ingress_deps(system_db), deps, config, stop))
+        worker = asyncio.create_task(run_worker([ingress_deps(system_db)], deps, config, stop))
         assert await asyncio.to_thread(limiter.asked.wait, WAIT)
         stop.set()
         await asyncio.wait_for(worker, WAIT)

@@ -477,7 +477,7 @@ def test_on_stop_a_worker_drains_then_hands_back_what_it_cannot_finish(supplier_
         stop = asyncio.Event()
         worker = asyncio.create_task(
             run_worker(
-                ingress, deps, WorkerConfig(slots=1, tenant_cap=8, idle_seconds=0.05, drain_seconds=0), stop
+                [ingress], deps, WorkerConfig(slots=1, tenant_cap=8, idle_seconds=0.05, drain_seconds=0), stop
             )
         )
         # the job is claimed and its call is in flight

@@ -24,6 +24,7 @@ from tollgate.jobtypes.invoice_extraction.prompt import (
     document_pages,
 )
 from tollgate.jobtypes.invoice_extraction.schema import Invoice, invoice_json_schema, response_format
+from tollgate.jobtypes.registry import JOB_TYPES
 from tollgate.settings import WorkerSettings
 from tollgate_dev.samples import expected_invoice, generate_invoice
 from tollgate_dev.simulator.extraction import extract
@@ -168,7 +169,11 @@ def test_a_refused_format_is_retried_and_pauses_the_pool_like_a_refused_key():
 
 # -- the setting ------------------------------------------------------------------------------------------
 
-REQUIRED = {"jobs_queue_url": "q", "documents_bucket": "b", "database_url": "postgresql://x"}
+REQUIRED = {
+    "job_queue_urls": {name: "q" for name in JOB_TYPES},
+    "documents_bucket": "b",
+    "database_url": "postgresql://x",
+}
 
 
 def test_the_pool_setting_defaults_to_json_schema_and_takes_the_three_modes():

@@ -210,7 +210,9 @@ def accept_job(
             conn.execute(
                 q.insert_outbox_event,
                 outbox_row(
-                    ExtractionRequested(job_id=job_id, tenant_id=tenant_id, state_version=1),
+                    ExtractionRequested(
+                        job_id=job_id, tenant_id=tenant_id, state_version=1, job_type=request.job_type
+                    ),
                     event_id=deps.new_id(),
                     trace_context=trace_context,
                 ),

@@ -46,6 +46,8 @@ class IngressDeps:
     max_messages: int = 10
     # How long a message that failed stays invisible before its next receive (and, eventually, the DLQ).
     failure_visibility_seconds: int = 30
+    # The job type whose queue this is: it names the consumer in logs.
+    job_type: str | None = None
 
 
 @dataclass
@@ -119,7 +121,8 @@ def ingest_once(deps: IngressDeps) -> IngressReport:
     done: list[dict[str, str]] = []
     for message in messages:
         traceparent = message.get("MessageAttributes", {}).get("traceparent", {}).get("StringValue")
-        with log_context(message_id=message["MessageId"], **trace_keys(traceparent)):
+        queue_keys = {"job_type": deps.job_type} if deps.job_type else {}
+        with log_context(message_id=message["MessageId"], **queue_keys, **trace_keys(traceparent)):
             try:
                 outcome = record_event(deps.db, deps.clock, message["Body"], message["MessageId"])
             except Exception:
