@@ -11,6 +11,7 @@ import inspect
 import json
 from collections.abc import Mapping
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 from uuid import UUID
@@ -23,6 +24,9 @@ EXTRACTION_COMPLETED = "extraction.completed.v1"
 EXTRACTION_REVIEW_REQUIRED = "extraction.review_required.v1"
 EXTRACTION_FAILED = "extraction.failed.v1"
 EXTRACTION_REJECTED = "extraction.rejected.v1"
+EXTRACTION_CANCELLED = "extraction.cancelled.v1"
+# Cost is money: a decimal string with exactly this many places (the attempts' numeric(12, 6)), never a float.
+COST_PLACES = Decimal("0.000001")
 
 
 class UnknownEventType(ValueError):
@@ -60,8 +64,44 @@ class ExtractionRequested(EventPayload):
     event_type: ClassVar[str] = EXTRACTION_REQUESTED
 
 
-class JobOutcome(EventPayload):
-    """The fields every outcome event carries, whoever ended the job (the worker or the scheduler)."""
+class JobTotals(BaseModel):
+    """What a job has used so far, summed over all its attempts: the part of an outcome event an ERP or a
+    billing consumer reads without fetching the job. Read by one query in the transaction that writes the
+    event (``tollgate.outbox.outcomes``)."""
+
+    model_config = EventPayload.model_config
+
+    job_type: str = Field(
+        default="invoice_extraction",
+        description="The job's type (invoice_extraction). Events written before this field existed were "
+        "all invoice_extraction.",
+    )
+    model: str | None = Field(
+        default=None,
+        description="The model of the job's last attempt that called one; null when no attempt did.",
+    )
+    input_tokens: int = Field(default=0, ge=0, description="Prompt tokens, summed over all attempts.")
+    output_tokens: int = Field(default=0, ge=0, description="Completion tokens, summed over all attempts.")
+    cost_usd: Decimal = Field(
+        default=Decimal("0.000000"),
+        ge=0,
+        description="Cost in USD summed over all attempts, as a decimal string with six places (e.g. "
+        '"0.004120"), exact; parse it as a decimal, not a float.',
+        json_schema_extra={"pattern": r"^[0-9]+\.[0-9]{6}$"},
+    )
+    attempts: int = Field(
+        default=0, ge=0, description="Attempt records the totals are summed over (0 when none started)."
+    )
+
+    @field_serializer("cost_usd", when_used="json")
+    def _cost(self, value: Decimal) -> str:
+        return str(value.quantize(COST_PLACES))
+
+
+class JobOutcome(JobTotals, EventPayload):
+    """The fields every outcome event carries, whoever ended the job (the worker, the scheduler, a reviewer
+    or the tenant), with the job's usage totals. The totals were added to v1 with defaults, so events stored
+    before them still parse (with zeros)."""
 
     state: str
     attempt: int = Field(
@@ -129,6 +169,17 @@ class ExtractionFailed(JobOutcome):
     )
 
 
+class ExtractionCancelled(JobOutcome):
+    """The tenant cancelled the job before it ran again (it was READY or RETRY_SCHEDULED). The job is final;
+    there is no result to fetch."""
+
+    event_type: ClassVar[str] = EXTRACTION_CANCELLED
+
+    state: Literal["CANCELLED"] = Field(default="CANCELLED", description="The job's state: CANCELLED.")
+    review_reasons: list[str] = Field(default_factory=list, max_length=0, description="Always empty.")
+    reason: None = Field(default=None, description="Always null.")
+
+
 PAYLOADS: dict[str, type[EventPayload]] = {
     model.event_type: model
     for model in (
@@ -137,17 +188,23 @@ PAYLOADS: dict[str, type[EventPayload]] = {
         ExtractionReviewRequired,
         ExtractionRejected,
         ExtractionFailed,
+        ExtractionCancelled,
     )
 }
-# What tenants' endpoints can subscribe to; the requested event stays inside Tollgate.
-WEBHOOK_EVENT_TYPES = (
+# How a job ended, for tenants: each goes to the tenant's subscribed webhooks and to the results bus. The
+# requested event stays inside Tollgate.
+OUTCOME_EVENT_TYPES = (
     EXTRACTION_COMPLETED,
     EXTRACTION_REVIEW_REQUIRED,
     EXTRACTION_REJECTED,
     EXTRACTION_FAILED,
+    EXTRACTION_CANCELLED,
 )
+# What tenants' endpoints can subscribe to: every outcome.
+WEBHOOK_EVENT_TYPES = OUTCOME_EVENT_TYPES
 # What an endpoint gets when it names no types: every outcome an ERP acts on. A result waiting for review is
-# not one (its data is not accepted), so review_required goes only to endpoints that ask for it.
+# not one (its data is not accepted), so review_required goes only to endpoints that ask for it; nor is a
+# cancellation, which the tenant asked for itself, so cancelled too.
 DEFAULT_SUBSCRIPTION = (EXTRACTION_COMPLETED, EXTRACTION_FAILED, EXTRACTION_REJECTED)
 
 

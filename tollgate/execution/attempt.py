@@ -50,7 +50,6 @@ from tollgate.events import (
     ExtractionFailed,
     ExtractionReviewRequired,
     JobOutcome,
-    outbox_row,
 )
 from tollgate.execution.extraction.schema import Invoice
 from tollgate.execution.extraction.validation import (
@@ -63,6 +62,7 @@ from tollgate.execution.leasing import ClaimedJob, claim_next_job, extend_lease,
 from tollgate.execution.limiter.base import Limiter, LimiterUnavailable, Outcome, Permit, Reservation
 from tollgate.execution.llm.client import LlmClient, LlmResult, OutcomeClass
 from tollgate.outbox.nudge import NoNudge, Nudger
+from tollgate.outbox.outcomes import insert_outcome_event
 
 logger = Logger(service="tollgate-worker", child=True)
 
@@ -603,11 +603,17 @@ def _insert_event(
     reasons: list[dict[str, str]],
     error: dict[str, Any] | None,
 ) -> None:
-    """A terminal state gets its outbox event (webhooks); a retry does not."""
+    """A terminal state gets its outbox event (webhooks, results bus), with the job's totals; a retry does
+    not."""
     model = OUTCOME_EVENTS.get(state)
     if model is None:
         return
-    event = model(
+    insert_outcome_event(
+        conn,
+        deps.db,
+        model,
+        event_id=deps.new_id(),
+        trace_context=finished["trace_context"],
         job_id=job.job_id,
         tenant_id=job.tenant_id,
         state=state.value,
@@ -615,8 +621,4 @@ def _insert_event(
         attempt=job.attempt,
         review_reasons=[r["code"] for r in reasons],
         reason=(error or {}).get("reason"),
-    )
-    conn.execute(
-        deps.db.q.insert_outbox_event,
-        outbox_row(event, event_id=deps.new_id(), trace_context=finished["trace_context"]),
     )
