@@ -296,13 +296,54 @@ def webhook_body(event_type: str, payload: Mapping[str, Any], created_at: dateti
     return json.dumps(body.model_dump(mode="json"), separators=(",", ":"), sort_keys=True)
 
 
+BUS_EVENT_ID = (
+    "The event's id: the same on every publish of this event (the relay publishes at least once), so a "
+    "consumer keeps the ids it has handled and skips a repeat."
+)
+COMMITTED_AT = "When the event was committed (RFC 3339)."
+DATE_TIME: dict[str, Any] = {"format": "date-time"}
+
+
+def _bus_models() -> dict[str, type[BaseModel]]:
+    """Per outcome event type, the ``detail`` of the results bus event: the payload with the outbox event's
+    id and commit time, so a consumer dedupes on ``event_id`` without reading the envelope."""
+    models: dict[str, type[BaseModel]] = {}
+    for event_type in OUTCOME_EVENT_TYPES:
+        payload = PAYLOADS[event_type]
+        models[event_type] = create_model(
+            f"{payload.__name__}BusDetail",
+            __base__=payload,
+            __doc__=f"The detail of a results bus event of detail-type {event_type}. "
+            + inspect.cleandoc(payload.__doc__ or ""),
+            event_id=(UUID, Field(description=BUS_EVENT_ID)),
+            occurred_at=(datetime, Field(description=COMMITTED_AT, json_schema_extra=DATE_TIME)),
+        )
+    return models
+
+
+BUS_DETAILS: dict[str, type[BaseModel]] = _bus_models()
+
+
+def bus_detail(event_type: str, payload: Mapping[str, Any], *, event_id: UUID, created_at: datetime) -> str:
+    """The ``Detail`` of a results bus entry: the payload parsed by its model (a malformed event is refused
+    here, never published), with its event id and commit time; compact, keys sorted."""
+    if event_type not in BUS_DETAILS:
+        raise UnknownEventType(f"{event_type!r} is not published on the results bus")
+    event = parse_payload(event_type, payload)
+    detail = BUS_DETAILS[event_type](**event.model_dump(), event_id=event_id, occurred_at=created_at)
+    return json.dumps(detail.model_dump(mode="json"), separators=(",", ":"), sort_keys=True)
+
+
 def schema_documents() -> dict[str, dict[str, Any]]:
-    """Every JSON Schema file by name: each event's payload, and for webhook events the body delivered."""
+    """Every JSON Schema file by name: each event's payload, for webhook events the body delivered, and for
+    outcome events the results bus detail."""
     documents: dict[str, dict[str, Any]] = {}
     for event_type, payload in PAYLOADS.items():
         documents[f"{event_type}.payload.json"] = _document(payload, f"{event_type}.payload")
     for event_type, body in WEBHOOKS.items():
         documents[f"{event_type}.webhook.json"] = _document(body, f"{event_type}.webhook")
+    for event_type, detail in BUS_DETAILS.items():
+        documents[f"{event_type}.bus.json"] = _document(detail, f"{event_type}.bus")
     return dict(sorted(documents.items()))
 
 

@@ -50,9 +50,11 @@ from tollgate.wiring import (
 from tollgate_dev.local.aws import (
     JobsQueues,
     LocalAws,
+    ResultsBus,
     create_documents_bucket,
     create_jobs_queues,
     create_limiter_table,
+    create_results_bus,
     serialize_moto_dynamodb,
 )
 from tollgate_dev.local.erp import DemoErp
@@ -103,6 +105,7 @@ class LocalStack:
     scheduler_interval_seconds: float = 60.0
     metrics: RecordedMetrics = field(default_factory=RecordedMetrics)
     queues: JobsQueues | None = None
+    results_bus: ResultsBus | None = None
     dispatcher_arn: str | None = None
     loops: dict[str, Loop] = field(default_factory=dict)
     workers: int = 2
@@ -196,6 +199,7 @@ class LocalStack:
         assert self.aws is not None
         assert self.queues is not None
         path = self.data_dir.resolve() / DISCOVERY_FILE
+        bus = self.results_bus
         path.parent.mkdir(parents=True, exist_ok=True)
         facts = {
             "api_url": self.api_url,
@@ -203,6 +207,8 @@ class LocalStack:
             "aws_endpoint_url": self.aws.endpoint_url,
             "jobs_queue_url": self.queues.url,
             "jobs_dlq_url": self.queues.dlq_url,
+            "results_bus_name": bus.name if bus else None,
+            "results_subscriber_queue_url": bus.subscriber_queue_url if bus else None,
             "webhook_state_machine_arn": self.dispatcher_arn,
             "database_url": self.database_url,
             "documents_bucket": LOCAL_BUCKET,
@@ -215,9 +221,14 @@ class LocalStack:
         """The relay (nudged by the API, swept on an interval), the scheduler, and the workers."""
         assert self.queues is not None
         queue_url = self.queues.url
+        self.results_bus = create_results_bus()
         relay = build_relay(
             RelaySettings(
-                database_url=url, jobs_queue_url=queue_url, webhook_state_machine_arn=self.dispatcher_arn
+                database_url=url,
+                jobs_queue_url=queue_url,
+                webhook_state_machine_arn=self.dispatcher_arn,
+                results_bus_name=self.results_bus.name,
+                results_event_source=self.results_bus.source,
             )
         )
         scheduler = build_scheduler(
