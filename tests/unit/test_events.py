@@ -22,6 +22,7 @@ from tollgate.events import (
     EXTRACTION_REJECTED,
     EXTRACTION_REQUESTED,
     EXTRACTION_REVIEW_REQUIRED,
+    OUTCOME_EVENT_TYPES,
     PAYLOADS,
     WEBHOOK_EVENT_TYPES,
     WEBHOOKS,
@@ -203,10 +204,10 @@ def test_the_drift_check_sees_a_changed_a_missing_and_a_stale_file(tmp_path: Pat
     assert schema_drift(tmp_path) == []
 
 
-def test_there_is_a_payload_schema_per_event_and_a_body_schema_per_webhook_event():
+def test_there_is_a_schema_per_payload_per_webhook_body_and_per_bus_detail():
     names = set(schema_documents())
-    assert {f"{t}.payload.json" for t in PAYLOADS} | {
-        f"{t}.webhook.json" for t in WEBHOOK_EVENT_TYPES
+    assert {f"{t}.payload.json" for t in PAYLOADS} | {f"{t}.webhook.json" for t in WEBHOOK_EVENT_TYPES} | {
+        f"{t}.bus.json" for t in OUTCOME_EVENT_TYPES
     } == names
     assert set(WEBHOOKS) == set(WEBHOOK_EVENT_TYPES) and EXTRACTION_REQUESTED not in WEBHOOKS
 
