@@ -18,6 +18,7 @@ from uuid import UUID
 
 from psycopg.types.json import Jsonb
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_serializer
+from pydantic.json_schema import models_json_schema
 
 EXTRACTION_REQUESTED = "extraction.requested.v1"
 EXTRACTION_COMPLETED = "extraction.completed.v1"
@@ -332,6 +333,38 @@ def bus_detail(event_type: str, payload: Mapping[str, Any], *, event_id: UUID, c
     event = parse_payload(event_type, payload)
     detail = BUS_DETAILS[event_type](**event.model_dump(), event_id=event_id, occurred_at=created_at)
     return json.dumps(detail.model_dump(mode="json"), separators=(",", ":"), sort_keys=True)
+
+
+# Webhook body components are named apart from the API's own (both have a JobLinks, say).
+WEBHOOK_COMPONENT_PREFIX = "Webhook."
+
+
+def openapi_webhooks() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The OpenAPI 3.1 ``webhooks`` section (one POST per webhook event type, its body the same model as the
+    committed ``.webhook.json`` schema) and the component schemas it refers to."""
+    keys, definitions = models_json_schema(
+        [(body, "serialization") for body in WEBHOOKS.values()],
+        ref_template="#/components/schemas/" + WEBHOOK_COMPONENT_PREFIX + "{model}",
+    )
+    components = {WEBHOOK_COMPONENT_PREFIX + name: schema for name, schema in definitions["$defs"].items()}
+    webhooks = {
+        event_type: {
+            "post": {
+                "summary": f"{event_type}, sent to each endpoint subscribed to it",
+                "description": inspect.cleandoc(PAYLOADS[event_type].__doc__ or ""),
+                "operationId": f"webhook_{event_type.replace('.', '_')}",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": keys[(body, "serialization")]}},
+                },
+                "responses": {
+                    "2XX": {"description": "Received; any other status is retried on the delivery schedule."}
+                },
+            }
+        }
+        for event_type, body in WEBHOOKS.items()
+    }
+    return webhooks, components
 
 
 def schema_documents() -> dict[str, dict[str, Any]]:

@@ -35,6 +35,7 @@ from tollgate.core.retry import RetryPolicy
 from tollgate.db import Database
 from tollgate.db.queries import Queries, load_queries
 from tollgate.events import (
+    EXTRACTION_CANCELLED,
     EXTRACTION_COMPLETED,
     EXTRACTION_FAILED,
     EXTRACTION_REQUESTED,
@@ -437,8 +438,9 @@ class JobProtocol(RuleBasedStateMachine):
         if job.state in {JobState.READY, JobState.RETRY_SCHEDULED}:
             cancel_job(self.app_db, job.tenant_id, job.job_id)
             job.leave_running(JobState.CANCELLED, job.reason, move_fence=False)
+            job.events[(EXTRACTION_CANCELLED, None)] += 1  # written in the cancelling transaction
         elif job.state is JobState.CANCELLED:
-            cancel_job(self.app_db, job.tenant_id, job.job_id)  # a repeated cancel changes nothing
+            cancel_job(self.app_db, job.tenant_id, job.job_id)  # a repeated cancel changes nothing, no event
         else:
             assert refuses(lambda: cancel_job(self.app_db, job.tenant_id, job.job_id)), (
                 f"a {job.state} job must not be cancelled"

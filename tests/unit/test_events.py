@@ -406,3 +406,20 @@ def test_the_readme_names_every_event_and_points_at_the_schemas():
     assert "(events/schemas/)" in readme and "make schemas" in readme
     for event_type in PAYLOADS:
         assert f"`{event_type}`" in readme, event_type
+
+
+def test_the_openapi_webhooks_section_is_built_from_the_same_models_as_the_schema_files():
+    from tollgate.api.app import export_openapi
+
+    document = json.loads(export_openapi())
+    assert set(document["webhooks"]) == set(WEBHOOK_EVENT_TYPES)
+    components = document["components"]["schemas"]
+    for event_type in WEBHOOK_EVENT_TYPES:
+        ref = document["webhooks"][event_type]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        body = components[ref["$ref"].rsplit("/", 1)[1]]
+        committed = json.loads((EVENT_SCHEMAS / f"{event_type}.webhook.json").read_text(encoding="utf-8"))
+        assert body["properties"].keys() == committed["properties"].keys()
+        data = components[body["properties"]["data"]["$ref"].rsplit("/", 1)[1]]
+        (committed_data,) = [d for name, d in committed["$defs"].items() if name.endswith("Data")]
+        assert data["properties"].keys() == committed_data["properties"].keys()
+        assert set(data["required"]) == set(committed_data["required"])
