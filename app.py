@@ -22,6 +22,7 @@ from stacks.data_stack import DataStack
 from stacks.delivery_stack import DeliveryStack
 from stacks.observability_stack import ObservabilityStack
 from stacks.pipeline_stack import PipelineStack
+from stacks.results_stack import ResultsStack
 from stacks.worker_stack import WorkerStack
 
 CDK_JSON = Path(__file__).resolve().parent / "cdk.json"
@@ -60,9 +61,10 @@ def build_app(
         "database_secret": data.database_secret,
         "database_clients": data.database_clients,
     }
-    # Data <- Delivery <- Pipeline <- Api and Worker <- Observability: the relay starts webhook deliveries,
-    # the API nudges the relay and starts replays, the worker consumes the pipeline's queue, and Observability
-    # watches them all; no stack needs anything from one deployed after it, so references only point one way.
+    # Data <- Delivery <- Pipeline <- Api and Worker <- Observability, and Results <- Pipeline: the relay
+    # starts webhook deliveries and publishes on the results bus, the API nudges the relay and starts
+    # replays, the worker consumes the pipeline's queue, and Observability watches them all; no stack needs
+    # anything from one deployed after it, so references only point one way.
     delivery = DeliveryStack(
         app,
         config.stack_name("Delivery"),
@@ -70,12 +72,21 @@ def build_app(
         **database,
         description=f"Tollgate {config.stage}: webhook dispatcher state machine and its attempt Lambda",
     )
+    # The results bus needs nothing from the others; the relay in Pipeline publishes on it.
+    results = ResultsStack(
+        app,
+        config.stack_name("Results"),
+        config=config,
+        description=f"Tollgate {config.stage}: results event bus, its archive and an example subscriber",
+    )
     pipeline = PipelineStack(
         app,
         config.stack_name("Pipeline"),
         config=config,
         **database,
         webhook_state_machine=delivery.state_machine,
+        results_bus=results.bus,
+        results_event_source=results.event_source,
         documents_bucket=data.documents_bucket,
         description=f"Tollgate {config.stage}: a FIFO queue and DLQ per job type, outbox relay, scheduler",
     )

@@ -45,6 +45,8 @@ class PipelineStack(cdk.Stack):
         database_clients: ec2.ISecurityGroup,
         webhook_state_machine: sfn.IStateMachine,
         documents_bucket: s3.IBucket,
+        results_bus: events.IEventBus,
+        results_event_source: str,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, env=config.environment, **kwargs)
@@ -82,6 +84,9 @@ class PipelineStack(cdk.Stack):
                 ),
                 # Webhook events go to DeliveryStack's dispatcher, one execution per delivery.
                 "WEBHOOK_STATE_MACHINE_ARN": webhook_state_machine.state_machine_arn,
+                # Outcome events also go to ResultsStack's bus, the public contract.
+                "RESULTS_BUS_NAME": results_bus.event_bus_name,
+                "RESULTS_EVENT_SOURCE": results_event_source,
                 **settings_environment(config.relay),
             },
             # The run ends before the claim lease on its last batch does, so a timed-out run's rows come
@@ -117,6 +122,7 @@ class PipelineStack(cdk.Stack):
             database_secret.grant_read(handler.function)
         for pair in self.job_queues.values():
             pair.queue.grant_send_messages(self.relay.function)
+        results_bus.grant_put_events_to(self.relay.function)
         for starter in (self.relay, self.scheduler):
             webhook_state_machine.grant_start_execution(starter.function)
         scheduler_role = self.scheduler.function.role

@@ -11,12 +11,14 @@ import inspect
 import json
 from collections.abc import Mapping
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_serializer
+from pydantic.json_schema import models_json_schema
 
 EXTRACTION_REQUESTED = "extraction.requested.v1"
 EXTRACTION_COMPLETED = "extraction.completed.v1"
@@ -24,6 +26,9 @@ EXTRACTION_REVIEW_REQUIRED = "extraction.review_required.v1"
 EXTRACTION_FAILED = "extraction.failed.v1"
 EXTRACTION_REJECTED = "extraction.rejected.v1"
 TENANT_SPEND_THRESHOLD = "tenant.spend_threshold.v1"
+EXTRACTION_CANCELLED = "extraction.cancelled.v1"
+# Cost is money: a decimal string with exactly this many places (the attempts' numeric(12, 6)), never a float.
+COST_PLACES = Decimal("0.000001")
 
 
 class UnknownEventType(ValueError):
@@ -92,8 +97,44 @@ class ExtractionRequested(EventPayload):
     )
 
 
-class JobOutcome(EventPayload):
-    """The fields every outcome event carries, whoever ended the job (the worker or the scheduler)."""
+class JobTotals(BaseModel):
+    """What a job has used so far, summed over all its attempts: the part of an outcome event an ERP or a
+    billing consumer reads without fetching the job. Read by one query in the transaction that writes the
+    event (``tollgate.outbox.outcomes``)."""
+
+    model_config = EventPayload.model_config
+
+    job_type: str = Field(
+        default="invoice_extraction",
+        description="The job's type (invoice_extraction). Events written before this field existed were "
+        "all invoice_extraction.",
+    )
+    model: str | None = Field(
+        default=None,
+        description="The model of the job's last attempt that called one; null when no attempt did.",
+    )
+    input_tokens: int = Field(default=0, ge=0, description="Prompt tokens, summed over all attempts.")
+    output_tokens: int = Field(default=0, ge=0, description="Completion tokens, summed over all attempts.")
+    cost_usd: Decimal = Field(
+        default=Decimal("0.000000"),
+        ge=0,
+        description="Cost in USD summed over all attempts, as a decimal string with six places (e.g. "
+        '"0.004120"), exact; parse it as a decimal, not a float.',
+        json_schema_extra={"pattern": r"^[0-9]+\.[0-9]{6}$"},
+    )
+    attempts: int = Field(
+        default=0, ge=0, description="Attempt records the totals are summed over (0 when none started)."
+    )
+
+    @field_serializer("cost_usd", when_used="json")
+    def _cost(self, value: Decimal) -> str:
+        return str(value.quantize(COST_PLACES))
+
+
+class JobOutcome(JobTotals, EventPayload):
+    """The fields every outcome event carries, whoever ended the job (the worker, the scheduler, a reviewer
+    or the tenant), with the job's usage totals. The totals were added to v1 with defaults, so events stored
+    before them still parse (with zeros)."""
 
     state: str
     attempt: int = Field(
@@ -178,6 +219,17 @@ class TenantSpendThreshold(TenantEventPayload):
     )
 
 
+class ExtractionCancelled(JobOutcome):
+    """The tenant cancelled the job before it ran again (it was READY or RETRY_SCHEDULED). The job is final;
+    there is no result to fetch."""
+
+    event_type: ClassVar[str] = EXTRACTION_CANCELLED
+
+    state: Literal["CANCELLED"] = Field(default="CANCELLED", description="The job's state: CANCELLED.")
+    review_reasons: list[str] = Field(default_factory=list, max_length=0, description="Always empty.")
+    reason: None = Field(default=None, description="Always null.")
+
+
 JOB_PAYLOADS: dict[str, type[EventPayload]] = {
     model.event_type: model
     for model in (
@@ -186,21 +238,26 @@ JOB_PAYLOADS: dict[str, type[EventPayload]] = {
         ExtractionReviewRequired,
         ExtractionRejected,
         ExtractionFailed,
+        ExtractionCancelled,
     )
 }
 PAYLOADS: dict[str, type[BaseEvent]] = {**JOB_PAYLOADS, TENANT_SPEND_THRESHOLD: TenantSpendThreshold}
-# Events that go only to the results bus: no job queue, no webhook. Routed by the relay's wiring to the bus
-# publisher; until one is configured the relay leaves them unpublished (no route).
+# Events that go only to the results bus: no job queue, no webhook (the relay's wiring routes them).
 BUS_ONLY_EVENT_TYPES = (TENANT_SPEND_THRESHOLD,)
-# What tenants' endpoints can subscribe to; the requested event stays inside Tollgate.
-WEBHOOK_EVENT_TYPES = (
+# How a job ended, for tenants: each goes to the tenant's subscribed webhooks and to the results bus. The
+# requested event stays inside Tollgate.
+OUTCOME_EVENT_TYPES = (
     EXTRACTION_COMPLETED,
     EXTRACTION_REVIEW_REQUIRED,
     EXTRACTION_REJECTED,
     EXTRACTION_FAILED,
+    EXTRACTION_CANCELLED,
 )
+# What tenants' endpoints can subscribe to: every outcome.
+WEBHOOK_EVENT_TYPES = OUTCOME_EVENT_TYPES
 # What an endpoint gets when it names no types: every outcome an ERP acts on. A result waiting for review is
-# not one (its data is not accepted), so review_required goes only to endpoints that ask for it.
+# not one (its data is not accepted), so review_required goes only to endpoints that ask for it; nor is a
+# cancellation, which the tenant asked for itself, so cancelled too.
 DEFAULT_SUBSCRIPTION = (EXTRACTION_COMPLETED, EXTRACTION_FAILED, EXTRACTION_REJECTED)
 
 
@@ -293,13 +350,87 @@ def webhook_body(event_type: str, payload: Mapping[str, Any], created_at: dateti
     return json.dumps(body.model_dump(mode="json"), separators=(",", ":"), sort_keys=True)
 
 
+BUS_EVENT_ID = (
+    "The event's id: the same on every publish of this event (the relay publishes at least once), so a "
+    "consumer keeps the ids it has handled and skips a repeat."
+)
+COMMITTED_AT = "When the event was committed (RFC 3339)."
+DATE_TIME: dict[str, Any] = {"format": "date-time"}
+
+
+def _bus_models() -> dict[str, type[BaseModel]]:
+    """Per event type on the results bus (every outcome, and the bus-only tenant events), the ``detail`` of
+    its bus event: the payload with the outbox event's id and commit time, so a consumer dedupes on
+    ``event_id`` without reading the envelope."""
+    models: dict[str, type[BaseModel]] = {}
+    for event_type in (*OUTCOME_EVENT_TYPES, *BUS_ONLY_EVENT_TYPES):
+        payload = PAYLOADS[event_type]
+        models[event_type] = create_model(
+            f"{payload.__name__}BusDetail",
+            __base__=payload,
+            __doc__=f"The detail of a results bus event of detail-type {event_type}. "
+            + inspect.cleandoc(payload.__doc__ or ""),
+            event_id=(UUID, Field(description=BUS_EVENT_ID)),
+            occurred_at=(datetime, Field(description=COMMITTED_AT, json_schema_extra=DATE_TIME)),
+        )
+    return models
+
+
+BUS_DETAILS: dict[str, type[BaseModel]] = _bus_models()
+
+
+def bus_detail(event_type: str, payload: Mapping[str, Any], *, event_id: UUID, created_at: datetime) -> str:
+    """The ``Detail`` of a results bus entry: the payload parsed by its model (a malformed event is refused
+    here, never published), with its event id and commit time; compact, keys sorted."""
+    if event_type not in BUS_DETAILS:
+        raise UnknownEventType(f"{event_type!r} is not published on the results bus")
+    event = parse_payload(event_type, payload)
+    detail = BUS_DETAILS[event_type](**event.model_dump(), event_id=event_id, occurred_at=created_at)
+    return json.dumps(detail.model_dump(mode="json"), separators=(",", ":"), sort_keys=True)
+
+
+# Webhook body components are named apart from the API's own (both have a JobLinks, say).
+WEBHOOK_COMPONENT_PREFIX = "Webhook."
+
+
+def openapi_webhooks() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The OpenAPI 3.1 ``webhooks`` section (one POST per webhook event type, its body the same model as the
+    committed ``.webhook.json`` schema) and the component schemas it refers to."""
+    keys, definitions = models_json_schema(
+        [(body, "serialization") for body in WEBHOOKS.values()],
+        ref_template="#/components/schemas/" + WEBHOOK_COMPONENT_PREFIX + "{model}",
+    )
+    components = {WEBHOOK_COMPONENT_PREFIX + name: schema for name, schema in definitions["$defs"].items()}
+    webhooks = {
+        event_type: {
+            "post": {
+                "summary": f"{event_type}, sent to each endpoint subscribed to it",
+                "description": inspect.cleandoc(PAYLOADS[event_type].__doc__ or ""),
+                "operationId": f"webhook_{event_type.replace('.', '_')}",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": keys[(body, "serialization")]}},
+                },
+                "responses": {
+                    "2XX": {"description": "Received; any other status is retried on the delivery schedule."}
+                },
+            }
+        }
+        for event_type, body in WEBHOOKS.items()
+    }
+    return webhooks, components
+
+
 def schema_documents() -> dict[str, dict[str, Any]]:
-    """Every JSON Schema file by name: each event's payload, and for webhook events the body delivered."""
+    """Every JSON Schema file by name: each event's payload, for webhook events the body delivered, and for
+    outcome events the results bus detail."""
     documents: dict[str, dict[str, Any]] = {}
     for event_type, payload in PAYLOADS.items():
         documents[f"{event_type}.payload.json"] = _document(payload, f"{event_type}.payload")
     for event_type, body in WEBHOOKS.items():
         documents[f"{event_type}.webhook.json"] = _document(body, f"{event_type}.webhook")
+    for event_type, detail in BUS_DETAILS.items():
+        documents[f"{event_type}.bus.json"] = _document(detail, f"{event_type}.bus")
     return dict(sorted(documents.items()))
 
 

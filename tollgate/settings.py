@@ -201,6 +201,16 @@ class RelaySettings(SystemDatabaseSettings, JobQueueSettings):
         default=None,
         description="Webhook dispatcher state machine; without it deliveries are recorded but not started.",
     )
+    results_bus_name: str | None = Field(
+        default=None,
+        description="EventBridge bus every outcome event is also published on (`tollgate-<stage>-results`, "
+        "set in every deployed stage); unset, outcome events go to webhooks only.",
+    )
+    results_event_source: str = Field(
+        default="tollgate",
+        min_length=1,
+        description="Source of the results bus events (`tollgate.<stage>` when deployed); rules match on it.",
+    )
 
 
 class RetrySettings(BaseSettings):

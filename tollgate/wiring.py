@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import boto3
+from aws_lambda_powertools import Logger
 
 from tollgate.accept.service import AcceptanceDeps, AcceptanceLimits
 from tollgate.api.deps import ApiDeps
@@ -28,16 +29,18 @@ from tollgate.delivery.deliveries import (
 from tollgate.delivery.endpoints import EndpointDeps
 from tollgate.delivery.sender import SenderLimits, WebhookSender
 from tollgate.delivery.signing import new_secret
-from tollgate.events import EXTRACTION_REQUESTED, WEBHOOK_EVENT_TYPES
+from tollgate.events import BUS_ONLY_EVENT_TYPES, EXTRACTION_REQUESTED, OUTCOME_EVENT_TYPES
 from tollgate.execution.attempt import ExecutionDeps, ModelRouter
 from tollgate.execution.limiter import Limiter
 from tollgate.execution.limiter.factory import build_limiter
 from tollgate.execution.llm.client import LlmClient, OpenAIExtractor
 from tollgate.execution.worker import WorkerConfig
 from tollgate.ingress.consumer import IngressDeps
+from tollgate.outbox.eventbridge import EventBridgePublisher, PutEventsClient
+from tollgate.outbox.fanout import FanOutPublisher, NoSubscriber
 from tollgate.outbox.job_queues import JobTypeQueues
 from tollgate.outbox.nudge import LambdaNudger, NoNudge, Nudger
-from tollgate.outbox.relay import RelayDeps
+from tollgate.outbox.relay import Publisher, RelayDeps
 from tollgate.outbox.sqs import SqsFifoPublisher
 from tollgate.review.service import ReviewDeps
 from tollgate.scheduler.retention import RetentionPolicy, S3RetentionStore
@@ -59,6 +62,8 @@ from tollgate.tenants.keys import ApiKeyResolver
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
+
+logger = Logger(service="tollgate-relay", child=True)
 
 
 def build_api(settings: ApiSettings, db: Database | None = None, nudger: Nudger | None = None) -> ApiDeps:
@@ -101,9 +106,13 @@ def build_authorizer(settings: AuthorizerSettings, db: Database | None = None) -
 
 
 def build_relay(
-    settings: RelaySettings, db: Database | None = None, starter: DeliveryStarter | None = None
+    settings: RelaySettings,
+    db: Database | None = None,
+    starter: DeliveryStarter | None = None,
+    events_client: PutEventsClient | None = None,
 ) -> RelayDeps:
-    """The routing table lives here: each event type to the one destination that carries it."""
+    """The routing table lives here: requested events to the jobs queue, outcome events to webhooks and the
+    results bus."""
     db = db or build_database(settings, pool_name="relay")
     sqs = boto3.client("sqs")
     job_queues = JobTypeQueues(
@@ -119,10 +128,28 @@ def build_relay(
             else NoDispatcher()
         )
     webhooks = WebhookDispatcher(db, starter)
+    outcomes: Publisher = webhooks
+    # With no bus, a bus-only event has no subscriber anywhere: it is confirmed as published to nobody,
+    # rather than claimed again by every run. A deployed stage always has its bus.
+    bus_only: Publisher = NoSubscriber()
+    if settings.results_bus_name:
+        # Confirmed only when both confirmed: a bus that is down keeps the event for the next run, whose
+        # republish the webhook side absorbs (one delivery per event and endpoint).
+        bus = EventBridgePublisher(
+            events_client or boto3.client("events"), settings.results_bus_name, settings.results_event_source
+        )
+        outcomes = FanOutPublisher((("webhooks", webhooks), ("results bus", bus)))
+        bus_only = bus
+    else:
+        logger.warning("no RESULTS_BUS_NAME: outcome events go to webhooks only, none to a results bus")
     return RelayDeps(
         db=db,
         clock=SystemClock(),
-        routes={EXTRACTION_REQUESTED: job_queues, **dict.fromkeys(WEBHOOK_EVENT_TYPES, webhooks)},
+        routes={
+            EXTRACTION_REQUESTED: job_queues,
+            **dict.fromkeys(OUTCOME_EVENT_TYPES, outcomes),
+            **dict.fromkeys(BUS_ONLY_EVENT_TYPES, bus_only),
+        },
         batch_size=settings.relay_batch_size,
         claim_seconds=settings.relay_claim_seconds,
     )

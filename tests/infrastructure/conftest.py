@@ -19,6 +19,7 @@ from stacks.data_stack import DataStack
 from stacks.delivery_stack import DeliveryStack
 from stacks.observability_stack import ObservabilityStack
 from stacks.pipeline_stack import PipelineStack
+from stacks.results_stack import ResultsStack
 from stacks.worker_stack import WorkerStack
 from tests.infrastructure.synth import Synthesized
 
@@ -48,6 +49,7 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
         delivery_stack=stacks[DeliveryStack],
         api_stack=stacks[ApiStack],
         pipeline_stack=stacks[PipelineStack],
+        results_stack=stacks[ResultsStack],
         worker_stack=stacks[WorkerStack],
         observability_stack=stacks[ObservabilityStack],
         validation_error=validation_error,
@@ -84,6 +86,11 @@ def api_template(synthesized: Synthesized) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def pipeline_template(synthesized: Synthesized) -> dict[str, Any]:
     return _template(synthesized.pipeline_stack)
+
+
+@pytest.fixture(scope="session")
+def results_template(synthesized: Synthesized) -> dict[str, Any]:
+    return _template(synthesized.results_stack)
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ from stacks.data_stack import DataStack
 from stacks.delivery_stack import DeliveryStack
 from stacks.observability_stack import ObservabilityStack
 from stacks.pipeline_stack import PipelineStack
+from stacks.results_stack import ResultsStack
 from stacks.worker_stack import WorkerStack
 
 
@@ -26,6 +27,7 @@ class Synthesized:
     delivery_stack: DeliveryStack
     api_stack: ApiStack
     pipeline_stack: PipelineStack
+    results_stack: ResultsStack
     worker_stack: WorkerStack
     observability_stack: ObservabilityStack
     # The exception synth raised with validation on (cdk-nag), or None when it passed.

@@ -76,19 +76,26 @@ def test_stacks_are_named_after_the_stage(synthesized: Synthesized) -> None:
     assert synthesized.pipeline_stack.stack_name == "Tollgate-dev-Pipeline"
     assert synthesized.worker_stack.stack_name == "Tollgate-dev-Worker"
     assert synthesized.delivery_stack.stack_name == "Tollgate-dev-Delivery"
+    assert synthesized.results_stack.stack_name == "Tollgate-dev-Results"
     assert synthesized.observability_stack.stack_name == "Tollgate-dev-Observability"
 
 
 def test_stack_dependencies_point_one_way(synthesized: Synthesized) -> None:
-    """Data <- Delivery <- Pipeline <- Api and Worker <- Observability: CloudFormation deploys them in that
-    order, no cycle can form, and nothing waits for the stack that only watches the others."""
+    """Data <- Delivery <- Pipeline <- Api and Worker <- Observability, and Results <- Pipeline:
+    CloudFormation deploys them in that order, no cycle can form, and nothing waits for the stack that only
+    watches the others."""
 
     def depends_on(stack: Any) -> set[str]:
         return {dependency.stack_name for dependency in stack.dependencies}
 
     assert depends_on(synthesized.data_stack) == set()
     assert depends_on(synthesized.delivery_stack) == {"Tollgate-dev-Data"}
-    assert depends_on(synthesized.pipeline_stack) == {"Tollgate-dev-Data", "Tollgate-dev-Delivery"}
+    assert depends_on(synthesized.results_stack) == set()
+    assert depends_on(synthesized.pipeline_stack) == {
+        "Tollgate-dev-Data",
+        "Tollgate-dev-Delivery",
+        "Tollgate-dev-Results",
+    }
     assert depends_on(synthesized.api_stack) == {
         "Tollgate-dev-Data",
         "Tollgate-dev-Delivery",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from uuid import UUID
 
@@ -14,20 +15,25 @@ from pydantic import ValidationError
 
 from tests.support import EVENT_SCHEMAS, valid_webhook
 from tollgate.events import (
+    BUS_ONLY_EVENT_TYPES,
     DEFAULT_SUBSCRIPTION,
+    EXTRACTION_CANCELLED,
     EXTRACTION_COMPLETED,
     EXTRACTION_FAILED,
     EXTRACTION_REJECTED,
     EXTRACTION_REQUESTED,
     EXTRACTION_REVIEW_REQUIRED,
+    OUTCOME_EVENT_TYPES,
     PAYLOADS,
     WEBHOOK_EVENT_TYPES,
     WEBHOOKS,
+    ExtractionCancelled,
     ExtractionCompleted,
     ExtractionFailed,
     ExtractionRejected,
     ExtractionRequested,
     ExtractionReviewRequired,
+    JobOutcome,
     UnknownEventType,
     outbox_row,
     parse_payload,
@@ -88,14 +94,36 @@ def test_every_producer_builds_its_event_through_the_events_module():
             writers.append(path.relative_to(REPO_ROOT).as_posix())
             problems += hand_built_events(source, path.relative_to(REPO_ROOT).as_posix())
     assert problems == [], "build payloads with tollgate.events models and outbox_row(...)"
-    # The check saw the four producers (leasing ends jobs for the scheduler and the claim): it is looking
-    # where events are written.
+    # The check saw the writers (acceptance and support write requested events, outcomes.py every outcome
+    # event): it is looking where events are written.
     assert {
         "tollgate/accept/service.py",
-        "tollgate/execution/attempt.py",
-        "tollgate/execution/leasing.py",
+        "tollgate/outbox/outcomes.py",
         "tollgate/support/service.py",
     } <= set(writers)
+
+
+def test_every_outcome_producer_writes_through_the_one_totals_function():
+    """Outcome events carry the job's usage totals; a producer writing one past insert_outcome_event would
+    send the defaults (zeros) instead."""
+    producers = {
+        "tollgate/accept/service.py",  # cancel_job
+        "tollgate/execution/attempt.py",  # the worker's outcomes
+        "tollgate/execution/leasing.py",  # expired leases and deadlines, for the scheduler and the claim
+        "tollgate/review/service.py",  # decisions
+    }
+    outcome_models = {model.__name__ for model in PAYLOADS.values() if issubclass(model, JobOutcome)}
+    for path in sorted((REPO_ROOT / "tollgate").rglob("*.py")):
+        name = path.relative_to(REPO_ROOT).as_posix()
+        tree = ast.parse(path.read_text(encoding="utf-8"), name)
+        called = {
+            node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+        }
+        assert not (called & outcome_models), f"{name} constructs an outcome event itself"
+        if name in producers:
+            assert "insert_outcome_event" in called, name
 
 
 def test_only_one_query_inserts_outbox_rows():
@@ -177,10 +205,10 @@ def test_the_drift_check_sees_a_changed_a_missing_and_a_stale_file(tmp_path: Pat
     assert schema_drift(tmp_path) == []
 
 
-def test_there_is_a_payload_schema_per_event_and_a_body_schema_per_webhook_event():
+def test_there_is_a_schema_per_payload_per_webhook_body_and_per_bus_detail():
     names = set(schema_documents())
-    assert {f"{t}.payload.json" for t in PAYLOADS} | {
-        f"{t}.webhook.json" for t in WEBHOOK_EVENT_TYPES
+    assert {f"{t}.payload.json" for t in PAYLOADS} | {f"{t}.webhook.json" for t in WEBHOOK_EVENT_TYPES} | {
+        f"{t}.bus.json" for t in (*OUTCOME_EVENT_TYPES, *BUS_ONLY_EVENT_TYPES)
     } == names
     assert set(WEBHOOKS) == set(WEBHOOK_EVENT_TYPES) and EXTRACTION_REQUESTED not in WEBHOOKS
 
@@ -214,7 +242,44 @@ def test_a_failed_event_has_one_shape_whoever_ends_the_job():
         "attempt": 2,
         "review_reasons": [],
         "reason": "refused",
+        "job_type": "invoice_extraction",
+        "model": None,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cost_usd": "0.000000",
+        "attempts": 0,
     }
+
+
+def test_an_outcome_stored_before_the_totals_still_parses_with_zero_totals():
+    stored = {
+        "job_id": str(JOB),
+        "tenant_id": str(TENANT),
+        "state": "SUCCEEDED",
+        "state_version": 3,
+        "attempt": 1,
+        "review_reasons": [],
+        "reason": None,
+    }
+    event = parse_payload(EXTRACTION_COMPLETED, stored)
+    assert (event.job_type, event.model, event.input_tokens, event.cost_usd, event.attempts) == (
+        "invoice_extraction",
+        None,
+        0,
+        Decimal("0"),
+        0,
+    )
+
+
+def test_cost_is_an_exact_decimal_string_with_six_places():
+    event = ExtractionCompleted(
+        job_id=JOB, tenant_id=TENANT, state_version=3, attempt=2, cost_usd=Decimal("0.1") + Decimal("0.2")
+    )
+    sent = event.model_dump(mode="json")
+    assert sent["cost_usd"] == "0.300000"  # 0.1 + 0.2 as floats would be 0.30000000000000004
+    assert parse_payload(EXTRACTION_COMPLETED, sent).cost_usd == Decimal("0.3")
+    with pytest.raises(ValidationError):
+        ExtractionCompleted(job_id=JOB, tenant_id=TENANT, state_version=3, attempt=2, cost_usd=Decimal("-1"))
 
 
 @pytest.mark.parametrize(
@@ -272,8 +337,17 @@ def test_an_unknown_event_type_is_refused():
 
 # --- webhook bodies --------------------------------------------------------------------------------------
 
+USAGE = {
+    "model": "gpt-4.1-mini",
+    "input_tokens": 1200,
+    "output_tokens": 340,
+    "cost_usd": Decimal("0.001024"),
+    "attempts": 1,
+}
 EVENTS = {
-    EXTRACTION_COMPLETED: ExtractionCompleted(job_id=JOB, tenant_id=TENANT, state_version=3, attempt=1),
+    EXTRACTION_COMPLETED: ExtractionCompleted(
+        job_id=JOB, tenant_id=TENANT, state_version=3, attempt=1, **USAGE
+    ),
     EXTRACTION_REVIEW_REQUIRED: ExtractionReviewRequired(
         job_id=JOB, tenant_id=TENANT, state_version=3, attempt=1, review_reasons=["total_mismatch"]
     ),
@@ -281,6 +355,7 @@ EVENTS = {
         job_id=JOB, tenant_id=TENANT, state_version=4, attempt=1, review_reasons=["total_mismatch"]
     ),
     EXTRACTION_FAILED: failed(),
+    EXTRACTION_CANCELLED: ExtractionCancelled(job_id=JOB, tenant_id=TENANT, state_version=2, attempt=0),
 }
 
 
@@ -299,10 +374,11 @@ def test_the_body_keeps_the_bytes_tenants_got_before_the_models():
     """Compact, keys sorted, the timestamp as isoformat (+00:00): stored bodies and new ones look alike."""
     body = webhook_body(EXTRACTION_FAILED, failed().model_dump(mode="json"), AT)
     assert body == (
-        '{"data":{"attempt":2,"job_id":"6f1e7a7e-0000-4000-8000-00000000000a",'
+        '{"data":{"attempt":2,"attempts":0,"cost_usd":"0.000000","input_tokens":0,'
+        '"job_id":"6f1e7a7e-0000-4000-8000-00000000000a","job_type":"invoice_extraction",'
         '"links":{"job":"/extraction-jobs/6f1e7a7e-0000-4000-8000-00000000000a",'
-        '"result":"/extraction-jobs/6f1e7a7e-0000-4000-8000-00000000000a/result"},'
-        '"reason":"refused","review_reasons":[],"state":"FAILED_TERMINAL","state_version":4,'
+        '"result":"/extraction-jobs/6f1e7a7e-0000-4000-8000-00000000000a/result"},"model":null,'
+        '"output_tokens":0,"reason":"refused","review_reasons":[],"state":"FAILED_TERMINAL","state_version":4,'
         '"tenant_id":"6f1e7a7e-0000-4000-8000-00000000000b"},'
         '"timestamp":"2026-03-01T12:30:00.123456+00:00","type":"extraction.failed.v1"}'
     )
@@ -331,3 +407,20 @@ def test_the_readme_names_every_event_and_points_at_the_schemas():
     assert "(events/schemas/)" in readme and "make schemas" in readme
     for event_type in PAYLOADS:
         assert f"`{event_type}`" in readme, event_type
+
+
+def test_the_openapi_webhooks_section_is_built_from_the_same_models_as_the_schema_files():
+    from tollgate.api.app import export_openapi
+
+    document = json.loads(export_openapi())
+    assert set(document["webhooks"]) == set(WEBHOOK_EVENT_TYPES)
+    components = document["components"]["schemas"]
+    for event_type in WEBHOOK_EVENT_TYPES:
+        ref = document["webhooks"][event_type]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        body = components[ref["$ref"].rsplit("/", 1)[1]]
+        committed = json.loads((EVENT_SCHEMAS / f"{event_type}.webhook.json").read_text(encoding="utf-8"))
+        assert body["properties"].keys() == committed["properties"].keys()
+        data = components[body["properties"]["data"]["$ref"].rsplit("/", 1)[1]]
+        (committed_data,) = [d for name, d in committed["$defs"].items() if name.endswith("Data")]
+        assert data["properties"].keys() == committed_data["properties"].keys()
+        assert set(data["required"]) == set(committed_data["required"])

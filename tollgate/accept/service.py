@@ -34,7 +34,7 @@ from tollgate.accept.models import (
     JobView,
     ResultReview,
 )
-from tollgate.core.clock import Clock, IdFactory
+from tollgate.core.clock import Clock, IdFactory, new_id
 from tollgate.core.documents import (
     DOCUMENT_FORMAT,
     CanonicalDocument,
@@ -58,8 +58,9 @@ from tollgate.core.errors import (
 from tollgate.core.job_states import JobState, checked_transition
 from tollgate.db import Database
 from tollgate.db.database import Conn
-from tollgate.events import ExtractionRequested, outbox_row
+from tollgate.events import ExtractionCancelled, ExtractionRequested, outbox_row
 from tollgate.outbox.nudge import NoNudge, Nudger
+from tollgate.outbox.outcomes import insert_outcome_event
 from tollgate.usage.spend import MonthSpend, estimated_cost, month_of, seconds_until_next_month
 
 # Instructions, schema and delimiters around the OCR text, in tokens; the text itself is ~4 chars a token.
@@ -450,11 +451,34 @@ def list_job_attempts(db: Database, tenant_id: UUID, job_id: UUID) -> AttemptLis
     return AttemptList(job_id=job_id, attempts=[AttemptView.model_validate(row) for row in rows])
 
 
-def cancel_job(db: Database, tenant_id: UUID, job_id: UUID) -> JobView:
+def cancel_job(
+    db: Database,
+    tenant_id: UUID,
+    job_id: UUID,
+    *,
+    new_id: IdFactory = new_id,
+    nudger: Nudger | None = None,
+) -> JobView:
+    """Cancels a job that is not running; its ``extraction.cancelled.v1`` event commits with the change. A
+    repeated cancel answers the cancelled job and writes nothing."""
     checked_transition(frozenset({JobState.READY, JobState.RETRY_SCHEDULED}), JobState.CANCELLED)
     with db.transaction(tenant_id) as conn:
         cancelled = conn.execute(db.q.cancel_job, {"tenant_id": tenant_id, "job_id": job_id}).fetchone()
+        if cancelled is not None:
+            insert_outcome_event(
+                conn,
+                db,
+                ExtractionCancelled,
+                event_id=new_id(),
+                trace_context=cancelled["trace_context"],
+                job_id=job_id,
+                tenant_id=tenant_id,
+                state_version=cancelled["state_version"],
+                attempt=cancelled["attempt"],
+            )
         row = conn.execute(db.q.get_job, {"tenant_id": tenant_id, "job_id": job_id}).fetchone()
+    if cancelled is not None and nudger is not None:
+        nudger.nudge()  # after the commit, so the relay finds the event
     if row is None:
         raise NotFound(f"no extraction job {job_id}")
     if cancelled is None and row["state"] != JobState.CANCELLED:

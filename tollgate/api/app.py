@@ -17,6 +17,7 @@ from tollgate.api.precheck import precheck
 from tollgate.api.problems import PROBLEM_CONTENT_TYPE
 from tollgate.api.routes import docs, jobs, reviews, usage, webhooks
 from tollgate.core.observability import log_context
+from tollgate.events import openapi_webhooks
 
 
 def create_app(
@@ -43,8 +44,13 @@ def openapi_document(app: APIGatewayRestResolver) -> str:
         security_schemes={"bearer": HTTPBearer(description="Authorization: Bearer <API key>")},
         security=[{"bearer": []}],
     )
+    parsed = json.loads(document)
+    # What tenants' endpoints receive, from the same models as the committed event schemas.
+    webhook_paths, webhook_schemas = openapi_webhooks()
+    parsed["webhooks"] = webhook_paths
+    parsed.setdefault("components", {}).setdefault("schemas", {}).update(webhook_schemas)
     # Stable, diffable formatting for the committed copy.
-    return json.dumps(json.loads(document), indent=2, sort_keys=True) + "\n"
+    return json.dumps(parsed, indent=2, sort_keys=True) + "\n"
 
 
 def export_openapi() -> str:

@@ -6,6 +6,7 @@ public address is checked again at every send (DNS can change); registration ref
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -19,12 +20,13 @@ from tollgate.core.clock import Clock, IdFactory
 from tollgate.core.errors import NotFound, ValidationFailed
 from tollgate.core.models import Strict
 from tollgate.db import Database
-from tollgate.events import DEFAULT_SUBSCRIPTION
+from tollgate.events import DEFAULT_SUBSCRIPTION, WEBHOOK_EVENT_TYPES
 
 ROTATION_GRACE = timedelta(hours=24)
 
+# Exactly the outcome events an endpoint can receive, from the events module's one list.
 EventType = Annotated[
-    str, StringConstraints(pattern=r"^extraction\.(completed|review_required|rejected|failed)\.v1$")
+    str, StringConstraints(pattern="^(" + "|".join(re.escape(t) for t in WEBHOOK_EVENT_TYPES) + ")$")
 ]
 # PostgreSQL text cannot hold U+0000: the schema refuses it, so such a value is a 422, not a database error.
 NO_NUL = r"^[^\x00]*$"
@@ -38,7 +40,8 @@ class EndpointCreate(Strict):
         default_factory=lambda: list(DEFAULT_SUBSCRIPTION),
         min_length=1,
         description="Without it: completed, failed and rejected. extraction.review_required.v1 (a result "
-        "waiting for a reviewer, not accepted data) is sent only to an endpoint that lists it.",
+        "waiting for a reviewer, not accepted data) and extraction.cancelled.v1 are sent only to an endpoint "
+        "that lists them.",
     )
     description: Description = ""
 

@@ -53,7 +53,6 @@ from tollgate.events import (
     ExtractionFailed,
     ExtractionReviewRequired,
     JobOutcome,
-    outbox_row,
 )
 from tollgate.execution.leasing import ClaimedJob, claim_next_job, extend_lease, peek_next_job, release_job
 from tollgate.execution.limiter.base import Limiter, LimiterUnavailable, Outcome, Permit, Reservation
@@ -61,6 +60,7 @@ from tollgate.execution.llm.client import LlmClient, LlmResult, OutcomeClass, Ta
 from tollgate.jobtypes.base import Complexity, JobType, KnownSupplier, TenantPolicy, ValidationReport
 from tollgate.jobtypes.registry import job_type as registered_type
 from tollgate.outbox.nudge import NoNudge, Nudger
+from tollgate.outbox.outcomes import insert_outcome_event
 from tollgate.usage.service import announce_spend_thresholds, month_spend
 from tollgate.usage.spend import estimated_cost, month_of, next_month_start
 
@@ -760,11 +760,17 @@ def _insert_event(
     reasons: list[dict[str, str]],
     error: dict[str, Any] | None,
 ) -> None:
-    """A terminal state gets its outbox event (webhooks); a retry does not."""
+    """A terminal state gets its outbox event (webhooks, results bus), with the job's totals; a retry does
+    not."""
     model = OUTCOME_EVENTS.get(state)
     if model is None:
         return
-    event = model(
+    insert_outcome_event(
+        conn,
+        deps.db,
+        model,
+        event_id=deps.new_id(),
+        trace_context=finished["trace_context"],
         job_id=job.job_id,
         tenant_id=job.tenant_id,
         state=state.value,
@@ -772,8 +778,4 @@ def _insert_event(
         attempt=job.attempt,
         review_reasons=[r["code"] for r in reasons],
         reason=(error or {}).get("reason"),
-    )
-    conn.execute(
-        deps.db.q.insert_outbox_event,
-        outbox_row(event, event_id=deps.new_id(), trace_context=finished["trace_context"]),
     )

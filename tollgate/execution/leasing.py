@@ -21,7 +21,8 @@ from tollgate.core.clock import Clock, IdFactory, new_id
 from tollgate.core.job_states import JobState, checked_transition
 from tollgate.db import Database
 from tollgate.db.database import Conn
-from tollgate.events import ExtractionFailed, outbox_row
+from tollgate.events import ExtractionFailed
+from tollgate.outbox.outcomes import insert_outcome_event
 
 
 @dataclass(frozen=True)
@@ -164,14 +165,18 @@ def fail_job(
     if failed is None:
         return False
     # The same event the worker writes when it ends a job: one model, so tenants get one shape of it.
-    event = ExtractionFailed(
+    insert_outcome_event(
+        conn,
+        db,
+        ExtractionFailed,
+        event_id=new_id(),
+        trace_context=None,
         job_id=job_id,
         tenant_id=failed["tenant_id"],
         state_version=failed["state_version"],
         attempt=failed["attempt"],
         reason=reason,
     )
-    conn.execute(db.q.insert_outbox_event, outbox_row(event, event_id=new_id(), trace_context=None))
     return True
 
 

@@ -34,12 +34,13 @@ from tollgate.core.errors import (
 from tollgate.core.job_states import JobState, checked_transition
 from tollgate.db import Database
 from tollgate.db.database import Conn
-from tollgate.events import ExtractionCompleted, ExtractionRejected, JobOutcome, outbox_row
+from tollgate.events import ExtractionCompleted, ExtractionRejected, JobOutcome
 from tollgate.jobtypes.base import JobType, KnownSupplier, TenantPolicy
 from tollgate.jobtypes.invoice_extraction.schema import Invoice
 from tollgate.jobtypes.registry import INVOICE_EXTRACTION
 from tollgate.jobtypes.registry import job_type as registered_type
 from tollgate.outbox.nudge import NoNudge, Nudger
+from tollgate.outbox.outcomes import insert_outcome_event
 from tollgate.review.evidence import evidence_views
 from tollgate.review.merge_patch import absent_as_null, merge_patch
 from tollgate.review.models import (
@@ -236,10 +237,9 @@ def decide_review(
             # Another decision committed since the read (the update waited for it): say what it left.
             _check_decidable(_review_row(conn, db, tenant_id, job_id), expected_version)
             raise PreconditionFailed("the job changed while the decision was made", state_version=None)
-        event = _outcome_event(state, decided, row["review_reasons"])
-        conn.execute(
-            db.q.insert_outbox_event,
-            outbox_row(event, event_id=deps.new_id(), trace_context=decided["trace_context"]),
+        model, fields = _outcome_event(state, decided, row["review_reasons"])
+        insert_outcome_event(
+            conn, db, model, event_id=deps.new_id(), trace_context=decided["trace_context"], **fields
         )
         if audited:
             _audit(
@@ -366,9 +366,11 @@ def _view(row: Mapping[str, Any], pages: tuple[str, ...]) -> ReviewView:
     )
 
 
-def _outcome_event(state: JobState, decided: Mapping[str, Any], reasons: list[dict[str, Any]]) -> JobOutcome:
+def _outcome_event(
+    state: JobState, decided: Mapping[str, Any], reasons: list[dict[str, Any]]
+) -> tuple[type[JobOutcome], dict[str, Any]]:
     """What the ERP acts on: the completed event, the same shape as a result that passed on its own, or the
-    rejection with the codes the result broke."""
+    rejection with the codes the result broke (the totals are added where the event is written)."""
     common = {
         "job_id": decided["job_id"],
         "tenant_id": decided["tenant_id"],
@@ -376,8 +378,8 @@ def _outcome_event(state: JobState, decided: Mapping[str, Any], reasons: list[di
         "attempt": decided["attempt"],
     }
     if state is JobState.SUCCEEDED:
-        return ExtractionCompleted(**common)
-    return ExtractionRejected(**common, review_reasons=sorted({reason["code"] for reason in reasons}))
+        return ExtractionCompleted, common
+    return ExtractionRejected, {**common, "review_reasons": sorted({reason["code"] for reason in reasons})}
 
 
 def _audit(

@@ -22,6 +22,7 @@ from tollgate.core.job_states import FINISHED_STATES, JobState
 from tollgate.db import Database
 from tollgate.delivery.states import DeliveryState
 from tollgate.events import (
+    EXTRACTION_CANCELLED,
     EXTRACTION_COMPLETED,
     EXTRACTION_REJECTED,
     EXTRACTION_REQUESTED,
@@ -59,6 +60,8 @@ EXTRACTED_STATES = frozenset(
 )
 # A reviewed job announces its result twice: review_required from the worker, then the decision's event.
 DECISION_EVENTS = {JobState.SUCCEEDED: EXTRACTION_COMPLETED, JobState.REJECTED: EXTRACTION_REJECTED}
+# The event a job's final state is announced by: the worker's, and the tenant's cancellation.
+ENDING_EVENTS = {**EVENT_FOR_STATE, JobState.CANCELLED: EXTRACTION_CANCELLED}
 # Enough examples to find the cause; the count says how many there were.
 MAX_EXAMPLES = 20
 
@@ -363,7 +366,7 @@ def _check_job_events(invariant: Invariant, jobs: Mapping[UUID, _Job]) -> None:
             if kinds != [(EXTRACTION_REVIEW_REQUIRED, JobState.REVIEW_REQUIRED.value), decided]:
                 invariant.fail(f"{job.label}: reviewed, but its events say {kinds}")
             continue
-        expected = EVENT_FOR_STATE.get(JobState(job.state))
+        expected = ENDING_EVENTS.get(JobState(job.state))
         if expected is None:
             if job.terminal_events:
                 invariant.fail(f"{job.label}: has a terminal event but did not end by one")

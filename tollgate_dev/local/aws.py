@@ -1,5 +1,6 @@
 """moto as the AWS endpoint for local runs and tests: a real HTTP server on 127.0.0.1, the resources the
-stacks would create, and the one patch moto needs to keep DynamoDB's per-item atomicity."""
+stacks would create (queues, the results bus with an example rule), and the one patch moto needs to keep
+DynamoDB's per-item atomicity."""
 
 from __future__ import annotations
 
@@ -126,6 +127,46 @@ def queue_urls(queues: Mapping[str, JobsQueues]) -> dict[str, str]:
 def dlq_urls(queues: Mapping[str, JobsQueues]) -> dict[str, str]:
     """The map JOB_DLQ_URLS holds."""
     return {name: pair.dlq_url for name, pair in queues.items()}
+
+
+@dataclass(frozen=True)
+class ResultsBus:
+    name: str
+    source: str
+    # The example subscriber: a rule for every completed event, whose target is this queue.
+    subscriber_queue_url: str
+
+
+LOCAL_RESULTS_BUS = "tollgate-local-results"
+LOCAL_RESULTS_SOURCE = "tollgate.local"
+
+
+def create_results_bus(
+    name: str = LOCAL_RESULTS_BUS,
+    source: str = LOCAL_RESULTS_SOURCE,
+    *,
+    detail_types: list[str] | None = None,
+    rule_name: str = "completed-results",
+) -> ResultsBus:
+    """The results bus and an example subscriber, as the results stack deploys them: a rule matching the
+    bus's source and ``detail_types`` (every completed event unless told), targeting an SQS queue. moto
+    evaluates the rule's event pattern and sends each matching event to the queue. Idempotent."""
+    import boto3
+
+    from tollgate.events import EXTRACTION_COMPLETED
+
+    events = boto3.client("events")
+    sqs = boto3.client("sqs")
+    if name not in {bus["Name"] for bus in events.list_event_buses().get("EventBuses", [])}:
+        events.create_event_bus(Name=name)
+    queue_url = sqs.create_queue(QueueName=f"{name}-{rule_name}")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    pattern = {"source": [source], "detail-type": detail_types or [EXTRACTION_COMPLETED]}
+    events.put_rule(Name=rule_name, EventBusName=name, EventPattern=json.dumps(pattern))
+    events.put_targets(Rule=rule_name, EventBusName=name, Targets=[{"Id": "subscriber", "Arn": queue_arn}])
+    return ResultsBus(name, source, queue_url)
 
 
 def create_limiter_table(client: DynamoDBClient, name: str) -> None:

@@ -50,9 +50,11 @@ from tollgate.wiring import (
 from tollgate_dev.local.aws import (
     JobsQueues,
     LocalAws,
+    ResultsBus,
     create_documents_bucket,
     create_job_type_queues,
     create_limiter_table,
+    create_results_bus,
     dlq_urls,
     queue_urls,
     serialize_moto_dynamodb,
@@ -106,6 +108,7 @@ class LocalStack:
     metrics: RecordedMetrics = field(default_factory=RecordedMetrics)
     # Each job type's queue and dead-letter queue, by job type.
     queues: dict[str, JobsQueues] | None = None
+    results_bus: ResultsBus | None = None
     dispatcher_arn: str | None = None
     loops: dict[str, Loop] = field(default_factory=dict)
     workers: int = 2
@@ -199,6 +202,7 @@ class LocalStack:
         assert self.aws is not None
         assert self.queues is not None
         path = self.data_dir.resolve() / DISCOVERY_FILE
+        bus = self.results_bus
         path.parent.mkdir(parents=True, exist_ok=True)
         facts = {
             "api_url": self.api_url,
@@ -206,6 +210,8 @@ class LocalStack:
             "aws_endpoint_url": self.aws.endpoint_url,
             "job_queue_urls": queue_urls(self.queues),
             "job_dlq_urls": dlq_urls(self.queues),
+            "results_bus_name": bus.name if bus else None,
+            "results_subscriber_queue_url": bus.subscriber_queue_url if bus else None,
             "webhook_state_machine_arn": self.dispatcher_arn,
             "database_url": self.database_url,
             "documents_bucket": LOCAL_BUCKET,
@@ -218,9 +224,14 @@ class LocalStack:
         """The relay (nudged by the API, swept on an interval), the scheduler, and the workers."""
         assert self.queues is not None
         urls = queue_urls(self.queues)
+        self.results_bus = create_results_bus()
         relay = build_relay(
             RelaySettings(
-                database_url=url, job_queue_urls=urls, webhook_state_machine_arn=self.dispatcher_arn
+                database_url=url,
+                job_queue_urls=urls,
+                webhook_state_machine_arn=self.dispatcher_arn,
+                results_bus_name=self.results_bus.name,
+                results_event_source=self.results_bus.source,
             )
         )
         scheduler = build_scheduler(

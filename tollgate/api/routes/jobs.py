@@ -140,6 +140,14 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
     )
     def cancel_extraction_job(job_id: str) -> Response[str]:
         tenant_id = authenticated_tenant(router.current_event, Scope.JOBS_WRITE)
-        return json_response(200, cancel_job(deps.acceptance.db, tenant_id, path_id(job_id, JOB)))
+        acceptance = deps.acceptance
+        cancelled = cancel_job(
+            acceptance.db,
+            tenant_id,
+            path_id(job_id, JOB),
+            new_id=acceptance.new_id,
+            nudger=acceptance.nudger,
+        )
+        return json_response(200, cancelled)
 
     return router

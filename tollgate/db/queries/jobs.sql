@@ -48,7 +48,7 @@ UPDATE extraction_jobs
 SET state = 'CANCELLED', state_version = state_version + 1, next_attempt_at = NULL,
     finished_at = now(), updated_at = now()
 WHERE tenant_id = %(tenant_id)s AND job_id = %(job_id)s AND state IN ('READY', 'RETRY_SCHEDULED')
-RETURNING job_id
+RETURNING job_id, tenant_id, state_version, attempt, trace_context
 
 -- name: claim_tenant_job
 -- One tenant's best job that no other worker holds (SKIP LOCKED): its first READY job by priority and age,
