@@ -207,6 +207,11 @@ def run_local_demo(
         f"[bold]Tollgate demo[/bold]: {len(TENANTS)} tenants send {jobs_per_tenant * len(TENANTS)} sample "
         "invoices through the local system."
     )
+    console.print(
+        f"Each tenant also has {OTHER_JOBS_PER_TENANT} of them summarized and {OTHER_JOBS_PER_TENANT} "
+        "classified (the other job types).",
+        highlight=False,
+    )
     with logs_into(log_path), scratch_database(data_dir, "tollgate_demo") as database:
         console.print(f"Data: a database of its own {database.server}, dropped at the end.", highlight=False)
         console.print(f"Logs: {log_path} (the terminal shows progress only).", highlight=False)
@@ -277,6 +282,7 @@ def run_demo(stack: LocalStack, jobs_per_tenant: int = 40, console: Console | No
         receiver.stop()
     _print_summary(console, db, tenant_ids, report)
     _print_usage(console, clients, report)
+    _print_checks(console, report)
     return report
 
 
@@ -373,6 +379,8 @@ def _print_summary(console: Console, db: object, tenant_ids: list[UUID], report:
         highlight=False,
     )
 
+
+def _print_checks(console: Console, report: DemoReport) -> None:
     console.print("[bold]What the system promised, and what it did[/bold]")
     for name, ok, detail in report.checks:
         mark = "[green]ok[/green]    " if ok else "[red]FAILED[/red]"
