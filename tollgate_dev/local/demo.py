@@ -208,8 +208,7 @@ def run_local_demo(
         "invoices through the local system."
     )
     console.print(
-        f"Each tenant also has {OTHER_JOBS_PER_TENANT} of them summarized and {OTHER_JOBS_PER_TENANT} "
-        "classified (the other job types).",
+        f"Each tenant also has {OTHER_JOBS_PER_TENANT} summarized and {OTHER_JOBS_PER_TENANT} classified.",
         highlight=False,
     )
     with logs_into(log_path), scratch_database(data_dir, "tollgate_demo") as database:
