@@ -22,6 +22,7 @@ from tests.integration.test_execution import (
     make_deps,
     misprinted_extraction,
     ok,
+    rows,
     supplier_tenant,  # noqa: F401 (a fixture)
 )
 from tests.integration.test_webhook_endpoints import RecordingStarter
@@ -36,6 +37,9 @@ from tollgate.events import (
     EXTRACTION_REJECTED,
     EXTRACTION_REVIEW_REQUIRED,
     OUTCOME_EVENT_TYPES,
+    TENANT_SPEND_THRESHOLD,
+    TenantSpendThreshold,
+    outbox_row,
 )
 from tollgate.execution.attempt import run_attempt
 from tollgate.execution.llm.client import LlmResult, OutcomeClass
@@ -267,3 +271,37 @@ def test_a_partial_put_events_failure_retries_only_the_failed_entries(
     assert second.failed == 0 and second.published == 1
     assert events.calls[-1] == [EXTRACTION_FAILED], "the retry sends only the entry that failed"
     assert [event["detail-type"] for event in got_second] == [EXTRACTION_FAILED]
+
+
+def test_a_spend_threshold_reaches_a_subscriber_rule_of_its_own_and_no_webhook(
+    supplier_tenant,  # noqa: F811
+    system_db,
+    clean_db,
+    local_aws,
+):
+    # Given a subscriber rule for spend thresholds, and the event as the worker writes it (in the commit
+    # that recorded the cost that crossed 80 percent).
+    bus = create_results_bus(
+        f"spend-{secrets.token_hex(4)}", SOURCE, detail_types=[TENANT_SPEND_THRESHOLD], rule_name="spend"
+    )
+    event = TenantSpendThreshold(
+        tenant_id=supplier_tenant.tenant_id,
+        month="2026-12",
+        threshold_percent=80,
+        budget_usd="10.000000",
+        spent_usd="8.100000",
+    )
+    with system_db.transaction() as conn:
+        conn.execute(
+            system_db.q.insert_outbox_event, outbox_row(event, event_id=new_id(), trace_context=None)
+        )
+
+    report = relay_outbox(relay(clean_db, system_db, bus))
+
+    # Then it is published once, on the bus only: no webhook delivery is made for it.
+    assert (report.published, report.failed, report.unroutable) == (1, 0, 0)
+    [published] = received(bus)
+    detail = valid_detail(published)
+    assert published["detail-type"] == TENANT_SPEND_THRESHOLD
+    assert (detail["tenant_id"], detail["threshold_percent"]) == (str(supplier_tenant.tenant_id), 80)
+    assert rows(clean_db, "SELECT count(*) FROM webhook_deliveries") == [(0,)]
