@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, StringConstraints
 from tollgate.core.documents import DocumentReference, InlineDocument
 from tollgate.core.job_states import JobState
 from tollgate.core.models import NO_NUL, Strict
+from tollgate.core.tiers import ServiceTier
 
 SCHEMA_VERSIONS = ("invoice.v1",)
 
@@ -51,6 +52,13 @@ class CreateJobRequest(Strict):
     deadline_seconds: int | None = Field(
         default=None, ge=60, strict=True, description="Seconds from acceptance by which the job must finish."
     )
+    # Like priority, it says when and by whom the job runs, never what its result is: not part of identity.
+    service_tier: ServiceTier = Field(
+        default="normal",
+        description="Which worker service runs the job and which share of the provider budget it draws on: "
+        "`high` (reserved capacity, for work someone waits for), `normal`, or `batch` (what is left). "
+        "Not part of identity.",
+    )
     metadata: dict[
         Annotated[str, StringConstraints(max_length=64, pattern=NO_NUL)],
         Annotated[str, StringConstraints(max_length=512, pattern=NO_NUL)],
@@ -83,6 +91,7 @@ class JobView(BaseModel):
     schema_version: str
     model_policy: str
     priority: int
+    service_tier: ServiceTier
     attempt: int
     max_attempts: int
     document: DocumentView

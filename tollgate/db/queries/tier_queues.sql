@@ -1,0 +1,80 @@
+-- tier_queues: the run-queue of each (tenant, service tier) (migration 0017), kept by the trigger on
+-- extraction_jobs. Here: what a claim for one tier does to that tier's run-queue (promote, read in order,
+-- demote), the same steps as tenant_queues.sql once had for the whole tenant. The tenant's running count,
+-- which the fairness cap limits across tiers, stays in tenant_queues: one lookup by key per candidate.
+
+-- name: promote_waking_tier_queues
+-- This tier's queue rows whose first queued job may run now join the claim's index, at most a few per
+-- claim, none lower than the least virtual time among the tier's runnable rows (the counter lift).
+WITH floor AS (
+    SELECT coalesce(min(vtime), 0) AS vtime FROM tier_queues
+    WHERE service_tier = %(service_tier)s AND runnable
+), woken AS (
+    SELECT tenant_id FROM tier_queues
+    WHERE service_tier = %(service_tier)s AND NOT runnable AND next_ready_at <= %(now)s
+    ORDER BY next_ready_at, seq
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE tier_queues q
+SET runnable = true, vtime = greatest(q.vtime, floor.vtime)
+FROM woken, floor
+WHERE q.tenant_id = woken.tenant_id AND q.service_tier = %(service_tier)s
+
+-- name: runnable_tier_tenants
+-- The tier's runnable tenants under their in-flight cap, least virtual time first (ties: the newer queue),
+-- after a position (vtime, seq) already tried: the first entries of tier_queues_by_vtime for this tier.
+SELECT t.tenant_id, t.vtime, t.seq
+FROM tier_queues t JOIN tenant_queues q USING (tenant_id)
+WHERE t.service_tier = %(service_tier)s AND t.runnable AND q.running_jobs < %(tenant_cap)s
+  AND (t.vtime > %(after_vtime)s OR (t.vtime = %(after_vtime)s AND t.seq < %(after_seq)s))
+ORDER BY t.vtime, t.seq DESC
+LIMIT %(limit)s
+
+-- name: demote_tier_queue
+-- A runnable queue row whose queued jobs all wait for a later time leaves the claim's index until then.
+UPDATE tier_queues SET runnable = false
+WHERE tenant_id = %(tenant_id)s AND service_tier = %(service_tier)s AND runnable
+  AND (next_ready_at IS NULL OR next_ready_at > %(now)s)
+
+-- name: peek_next_tier_job
+-- The estimated tokens of the job a claim for this tier would pick now (the same queue rows in the same
+-- order, the same probes), without taking it: a slot sizes its budget permit by it before it claims.
+-- Nothing is locked, so the job claimed a moment later may be another one; the slot then resizes the
+-- permit. Rows whose time has come but that no claim has promoted yet are read as the claim would promote
+-- them (at the lifted virtual time), and a job past its deadline is sized like any other.
+WITH floor AS (
+    SELECT coalesce(min(vtime), 0) AS vtime FROM tier_queues
+    WHERE service_tier = %(service_tier)s AND runnable
+), t AS (
+    (SELECT t.tenant_id, t.vtime, t.seq FROM tier_queues t JOIN tenant_queues q USING (tenant_id)
+     WHERE t.service_tier = %(service_tier)s AND t.runnable AND q.running_jobs < %(tenant_cap)s
+     ORDER BY t.vtime, t.seq DESC
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT t.tenant_id, greatest(t.vtime, floor.vtime), t.seq
+     FROM tier_queues t JOIN tenant_queues q USING (tenant_id), floor
+     WHERE t.service_tier = %(service_tier)s AND NOT t.runnable AND t.next_ready_at <= %(now)s
+       AND q.running_jobs < %(tenant_cap)s
+     ORDER BY t.next_ready_at, t.seq
+     LIMIT %(limit)s)
+)
+SELECT best.estimated_tokens
+FROM t
+CROSS JOIN LATERAL (
+    SELECT estimated_tokens FROM (
+        (SELECT estimated_tokens, priority, created_at FROM extraction_jobs
+         WHERE tenant_id = t.tenant_id AND service_tier = %(service_tier)s AND state = 'READY'
+           AND attempt < max_attempts
+         ORDER BY priority DESC, created_at LIMIT 1)
+        UNION ALL
+        (SELECT estimated_tokens, priority, created_at FROM extraction_jobs
+         WHERE tenant_id = t.tenant_id AND service_tier = %(service_tier)s AND state = 'RETRY_SCHEDULED'
+           AND next_attempt_at <= %(now)s AND attempt < max_attempts
+         ORDER BY next_attempt_at LIMIT 1)
+    ) candidates
+    ORDER BY priority DESC, created_at
+    LIMIT 1
+) best
+ORDER BY t.vtime, t.seq DESC
+LIMIT 1
