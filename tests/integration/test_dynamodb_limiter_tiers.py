@@ -4,29 +4,52 @@ they use the whole pool. Time is a FakeClock: nothing here sleeps."""
 
 from __future__ import annotations
 
+import secrets
 import threading
+from collections.abc import Iterator
 from typing import Any
 
+import boto3
 import pytest
 
-from tests.integration.test_dynamodb_limiter import (  # noqa: F401 - fixtures
-    POOL,
-    THREADS,
-    LimiterFactory,
-    atomic_moto,
-    clock,
-    granted,
-    make_limiter,
-    shard_item,
-    table,
-)
+from tests.integration.test_dynamodb_limiter import POOL, THREADS, LimiterFactory, granted, shard_item
 from tollgate.core.clock import FakeClock
 from tollgate.execution.limiter.base import Denied, Outcome, Permit, Reservation, TierShares
 from tollgate.execution.limiter.dynamodb import DynamoDbLimiter
+from tollgate_dev.local.aws import create_limiter_table, serialize_moto_dynamodb
 
 pytestmark = pytest.mark.integration
 
 SHARES = TierShares(normal=0.8, batch=0.5, recall_seconds=1.0)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def atomic_moto(local_aws: Any) -> Iterator[None]:
+    # moto checks a condition and applies the update in two steps; DynamoDB does both atomically.
+    undo = serialize_moto_dynamodb()
+    yield
+    undo()
+
+
+@pytest.fixture
+def table() -> str:
+    name = f"limiter-{secrets.token_hex(4)}"
+    create_limiter_table(boto3.client("dynamodb"), name)
+    return name
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def make_limiter(table: str, clock: FakeClock) -> LimiterFactory:
+    def make(**limits: Any) -> DynamoDbLimiter:
+        settings: dict[str, Any] = {"requests_per_minute": 10_000, "tokens_per_minute": 10**9, **limits}
+        return DynamoDbLimiter(boto3.client("dynamodb"), table, clock, **settings)
+
+    return make
 
 
 def take(limiter: DynamoDbLimiter, tier: str, tokens: int = 100) -> Permit | Denied:
