@@ -339,7 +339,9 @@ class WorkerSettings(SystemDatabaseSettings, RetrySettings, ExtractionSettings, 
     lease_seconds: int = Field(default=60, ge=5, description="Lease on a claimed job; heartbeats extend it.")
     heartbeat_seconds: float = Field(default=15.0, gt=0, description="How often a running attempt renews.")
     tenant_max_in_flight: int = Field(
-        default=8, ge=1, description="Running jobs per tenant across all workers (fairness cap)."
+        default=8,
+        ge=1,
+        description="Running jobs per tenant and service tier across all workers (fairness cap).",
     )
     claim_idle_seconds: float = Field(
         default=2.0, gt=0, description="Wait between claims when nothing is runnable (or until nudged)."

@@ -138,3 +138,25 @@ def test_the_schema_refuses_an_unknown_tier(make_tenant, clean_db):
     job_id = tenant.client.submit(invoice_request(), "k").json["job_id"]
     with psycopg.connect(clean_db) as conn, pytest.raises(psycopg.errors.CheckViolation):
         conn.execute("UPDATE extraction_jobs SET service_tier = 'urgent' WHERE job_id = %s", (job_id,))
+
+
+def test_a_tenant_at_its_cap_in_batch_still_has_its_high_job_claimed(make_tenant, system_db, clean_db):
+    # Given a tenant whose batch jobs fill its fairness cap of 3
+    tenant = make_tenant("capped")
+    submit(tenant, 5, "batch")
+    for _ in range(3):
+        assert claim_next_job(
+            system_db, SystemClock(), worker_id="b", lease_seconds=600, tenant_cap=3, service_tier="batch"
+        )
+    assert (
+        claim_next_job(
+            system_db, SystemClock(), worker_id="b", lease_seconds=600, tenant_cap=3, service_tier="batch"
+        )
+        is None
+    )
+    # When its high-tier job arrives, then the cap, which counts per tier, lets it run at once
+    [urgent] = submit(tenant, 1, "high")
+    job = claim_next_job(
+        system_db, SystemClock(), worker_id="h", lease_seconds=600, tenant_cap=3, service_tier="high"
+    )
+    assert job is not None and str(job.job_id) == urgent

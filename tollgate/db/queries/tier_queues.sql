@@ -1,7 +1,7 @@
 -- tier_queues: the run-queue of each (tenant, service tier) (migration 0017), kept by the trigger on
 -- extraction_jobs. Here: what a claim for one tier does to that tier's run-queue (promote, read in order,
--- demote), the same steps as tenant_queues.sql once had for the whole tenant. The tenant's running count,
--- which the fairness cap limits across tiers, stays in tenant_queues: one lookup by key per candidate.
+-- demote), the same steps as tenant_queues.sql once had for the whole tenant. The fairness cap limits a
+-- tenant's running jobs per tier (the row's running_jobs), so a batch backlog never holds its own high work.
 
 -- name: promote_waking_tier_queues
 -- This tier's queue rows whose first queued job may run now join the claim's index, at most a few per
@@ -25,8 +25,8 @@ WHERE q.tenant_id = woken.tenant_id AND q.service_tier = %(service_tier)s
 -- The tier's runnable tenants under their in-flight cap, least virtual time first (ties: the newer queue),
 -- after a position (vtime, seq) already tried: the first entries of tier_queues_by_vtime for this tier.
 SELECT t.tenant_id, t.vtime, t.seq
-FROM tier_queues t JOIN tenant_queues q USING (tenant_id)
-WHERE t.service_tier = %(service_tier)s AND t.runnable AND q.running_jobs < %(tenant_cap)s
+FROM tier_queues t
+WHERE t.service_tier = %(service_tier)s AND t.runnable AND t.running_jobs < %(tenant_cap)s
   AND (t.vtime > %(after_vtime)s OR (t.vtime = %(after_vtime)s AND t.seq < %(after_seq)s))
 ORDER BY t.vtime, t.seq DESC
 LIMIT %(limit)s
@@ -47,15 +47,15 @@ WITH floor AS (
     SELECT coalesce(min(vtime), 0) AS vtime FROM tier_queues
     WHERE service_tier = %(service_tier)s AND runnable
 ), t AS (
-    (SELECT t.tenant_id, t.vtime, t.seq FROM tier_queues t JOIN tenant_queues q USING (tenant_id)
-     WHERE t.service_tier = %(service_tier)s AND t.runnable AND q.running_jobs < %(tenant_cap)s
+    (SELECT t.tenant_id, t.vtime, t.seq FROM tier_queues t
+     WHERE t.service_tier = %(service_tier)s AND t.runnable AND t.running_jobs < %(tenant_cap)s
      ORDER BY t.vtime, t.seq DESC
      LIMIT %(limit)s)
     UNION ALL
     (SELECT t.tenant_id, greatest(t.vtime, floor.vtime), t.seq
-     FROM tier_queues t JOIN tenant_queues q USING (tenant_id), floor
+     FROM tier_queues t, floor
      WHERE t.service_tier = %(service_tier)s AND NOT t.runnable AND t.next_ready_at <= %(now)s
-       AND q.running_jobs < %(tenant_cap)s
+       AND t.running_jobs < %(tenant_cap)s
      ORDER BY t.next_ready_at, t.seq
      LIMIT %(limit)s)
 )
