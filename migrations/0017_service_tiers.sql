@@ -56,7 +56,7 @@ AS $$
 BEGIN
     PERFORM 1 FROM tier_queues WHERE tenant_id = p_tenant_id AND service_tier = p_tier;
     IF NOT FOUND THEN
-        -- The tenant's queue row exists by now: its trigger (extraction_jobs_track_queues) runs first.
+        -- Every tenant has its queue row from its creation on (migration 0010's trigger on tenants).
         INSERT INTO tier_queues (tenant_id, service_tier, seq)
         SELECT tenant_id, p_tier, seq FROM tenant_queues WHERE tenant_id = p_tenant_id
         ON CONFLICT (tenant_id, service_tier) DO NOTHING;
@@ -119,7 +119,10 @@ BEGIN
 END;
 $$;
 
-CREATE TRIGGER extraction_jobs_track_tier_queues
+-- Named to fire before extraction_jobs_track_queues (row triggers fire in name order): a job change then
+-- locks its tier queue row before its tenant's row, the order a claim takes them in (it promotes and demotes
+-- tier rows before it changes a job), so the two never wait for each other in a cycle.
+CREATE TRIGGER extraction_jobs_tier_queues
 AFTER INSERT OR DELETE OR UPDATE OF state, next_attempt_at, service_tier
 ON extraction_jobs
 FOR EACH ROW EXECUTE FUNCTION track_tier_queues();
