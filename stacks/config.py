@@ -174,6 +174,13 @@ class WorkerTierService(BaseModel):
     )
     min_tasks: int = Field(default=1, ge=1, description="Scaling minimum of the tier's service.")
     max_tasks: int = Field(default=2, ge=1, le=100, description="Scaling ceiling of the tier's service.")
+    claim_idle_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="The service's wait between claims when idle, instead of worker.claim_idle_seconds: a "
+        "job's queue message may wake another tier's worker, so an idle service finds its tier's new jobs by "
+        "looking, and a high tier may want to look more often.",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> WorkerTierService:
@@ -192,6 +199,7 @@ class WorkerService(BaseModel):
     execution_slots: int
     min_tasks: int
     max_tasks: int
+    claim_idle_seconds: float
 
 
 def settings_environment(section: BaseModel) -> dict[str, str]:
@@ -486,6 +494,7 @@ class StageConfig(BaseModel):
             execution_slots=self.worker.execution_slots,
             min_tasks=self.worker_min_tasks,
             max_tasks=self.worker_max_tasks,
+            claim_idle_seconds=self.worker.claim_idle_seconds,
         )
         return [normal] + [
             WorkerService(
@@ -494,6 +503,7 @@ class StageConfig(BaseModel):
                 execution_slots=own[tier].execution_slots,
                 min_tasks=own[tier].min_tasks,
                 max_tasks=own[tier].max_tasks,
+                claim_idle_seconds=own[tier].claim_idle_seconds or self.worker.claim_idle_seconds,
             )
             for tier in SERVICE_TIERS
             if tier in own

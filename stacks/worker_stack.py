@@ -276,8 +276,9 @@ class WorkerStack(cdk.Stack):
             "MAX_OUTPUT_TOKENS": str(config.jobs.max_output_tokens),
             **settings_environment(config.retry),
             **settings_environment(config.worker),
-            # Per service: its tiers and its slots (the normal service's are the worker section's own).
+            # Per service: its tiers, slots and idle wait (the normal service's are the worker section's).
             "EXECUTION_SLOTS": str(spec.execution_slots),
+            "CLAIM_IDLE_SECONDS": str(spec.claim_idle_seconds),
             "WORKER_SERVICE_TIERS": ",".join(spec.serves),
         }
 

@@ -46,13 +46,16 @@ def test_each_tier_with_slots_gets_a_service_and_the_normal_one_runs_the_rest(ti
     for tier, slots in (("high", 4), ("batch", 8), ("normal", config.worker.execution_slots)):
         assert environments[tier]["EXECUTION_SLOTS"] == str(slots)
         assert environments[tier]["DATABASE_POOL_SIZE"] == str(slots + 2)
+    # The high service looks for its new jobs more often; the others keep the worker section's wait
+    assert environments["high"]["CLAIM_IDLE_SECONDS"] == "0.5"
+    assert environments["batch"]["CLAIM_IDLE_SECONDS"] == str(config.worker.claim_idle_seconds)
     # The same settings everywhere else: the settings-vs-environment test of the normal service holds for all
     keys = {frozenset(environment) for environment in environments.values()}
     assert len(keys) == 1
     shared = {
         name: value
         for name, value in environments["normal"].items()
-        if name not in {"EXECUTION_SLOTS", "DATABASE_POOL_SIZE", "WORKER_SERVICE_TIERS"}
+        if name not in {"EXECUTION_SLOTS", "DATABASE_POOL_SIZE", "WORKER_SERVICE_TIERS", "CLAIM_IDLE_SECONDS"}
     }
     for environment in environments.values():
         assert {name: environment[name] for name in shared} == shared
