@@ -33,12 +33,14 @@ CREATE TABLE tier_queues (
     next_ready_at  timestamptz,
     runnable       boolean NOT NULL DEFAULT false,
     vtime          double precision NOT NULL DEFAULT 0 CHECK (vtime >= 0),
+    reconciled_at  timestamptz NOT NULL DEFAULT '-infinity',
     PRIMARY KEY (tenant_id, service_tier),
     UNIQUE (service_tier, seq)
 );
 CREATE INDEX tier_queues_by_vtime ON tier_queues (service_tier, vtime, seq DESC) WHERE runnable;
 CREATE INDEX tier_queues_waking ON tier_queues (service_tier, next_ready_at, seq)
     WHERE NOT runnable AND next_ready_at IS NOT NULL;
+CREATE INDEX tier_queues_reconcile ON tier_queues (reconciled_at);
 
 -- The claim's probes within one tenant's tier, and the trigger's earliest-retry lookup for it.
 CREATE INDEX extraction_jobs_ready_by_tier ON extraction_jobs (tenant_id, service_tier, priority DESC, created_at)

@@ -160,3 +160,37 @@ def test_a_tenant_at_its_cap_in_batch_still_has_its_high_job_claimed(make_tenant
         system_db, SystemClock(), worker_id="h", lease_seconds=600, tenant_cap=3, service_tier="high"
     )
     assert job is not None and str(job.job_id) == urgent
+
+
+def test_the_scheduler_recounts_a_drifted_tier_queue_row_and_reports_the_drift(
+    make_tenant, system_db, clean_db
+):
+    from tollgate.core.clock import new_id
+    from tollgate.core.metrics import COUNTER_DRIFT, RecordedMetrics
+    from tollgate.core.retry import RetryPolicy
+    from tollgate.scheduler.tick import SchedulerDeps, run_scheduler
+
+    # Given a tier row a change beneath the trigger set wrong
+    tenant = make_tenant("drifted-tier")
+    submit(tenant, 2, "batch")
+    with psycopg.connect(clean_db) as conn:
+        conn.execute(
+            "UPDATE tier_queues SET ready_jobs = 9, running_jobs = 4 WHERE tenant_id = %s",
+            (tenant.tenant_id,),
+        )
+    metrics = RecordedMetrics()
+
+    def tick() -> int:
+        deps = SchedulerDeps(system_db, SystemClock(), new_id, metrics, RetryPolicy(), lambda low, high: 0)
+        return run_scheduler(deps).tier_queues_drifted
+
+    # When the scheduler ticks, then it corrects the row and counts the drift, once
+    assert tick() == 1
+    assert metrics.values[COUNTER_DRIFT] == 1
+    with psycopg.connect(clean_db, row_factory=dict_row) as conn:
+        row = conn.execute(
+            "SELECT ready_jobs, running_jobs FROM tier_queues WHERE tenant_id = %s", (tenant.tenant_id,)
+        ).fetchone()
+    assert row == {"ready_jobs": 2, "running_jobs": 0}
+    assert tick() == 0
+    assert metrics.values[COUNTER_DRIFT] == 0

@@ -78,3 +78,36 @@ CROSS JOIN LATERAL (
 ) best
 ORDER BY t.vtime, t.seq DESC
 LIMIT 1
+
+-- name: lock_tier_queues_to_reconcile
+-- The tier queue rows recounted longest ago, locked: a job change of that tenant and tier takes the row first
+-- (its trigger fires before the tenant's), so it waits, and the recount that follows sees a settled tier.
+SELECT tenant_id, service_tier FROM tier_queues
+ORDER BY reconciled_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- name: reconcile_tier_queue
+-- Sets one locked tier queue row to a recount of that tenant's jobs of the tier (an index range over them)
+-- and says whether its counts had drifted. Runnable and the virtual time are the claim's, not counts.
+WITH counted AS (
+    SELECT count(*) FILTER (WHERE state = 'RUNNING') AS running_jobs,
+           count(*) FILTER (WHERE state = 'READY') AS ready_jobs,
+           count(*) FILTER (WHERE state = 'RETRY_SCHEDULED') AS retry_jobs,
+           CASE WHEN count(*) FILTER (WHERE state = 'READY') > 0 THEN '-infinity'::timestamptz
+                ELSE min(next_attempt_at) FILTER (WHERE state = 'RETRY_SCHEDULED') END AS next_ready_at
+    FROM extraction_jobs
+    WHERE tenant_id = %(tenant_id)s AND service_tier = %(service_tier)s
+      AND state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')
+), kept AS (
+    SELECT running_jobs, ready_jobs, retry_jobs, next_ready_at FROM tier_queues
+    WHERE tenant_id = %(tenant_id)s AND service_tier = %(service_tier)s
+)
+UPDATE tier_queues q
+SET running_jobs = c.running_jobs, ready_jobs = c.ready_jobs, retry_jobs = c.retry_jobs,
+    next_ready_at = c.next_ready_at, runnable = q.runnable AND c.next_ready_at IS NOT NULL,
+    reconciled_at = %(now)s
+FROM counted c, kept k
+WHERE q.tenant_id = %(tenant_id)s AND q.service_tier = %(service_tier)s
+RETURNING (k.running_jobs, k.ready_jobs, k.retry_jobs, k.next_ready_at)
+          IS DISTINCT FROM (c.running_jobs, c.ready_jobs, c.retry_jobs, c.next_ready_at) AS drifted
