@@ -77,7 +77,7 @@ def build_app(
         **database,
         webhook_state_machine=delivery.state_machine,
         documents_bucket=data.documents_bucket,
-        description=f"Tollgate {config.stage}: jobs FIFO queue and DLQ, outbox relay, scheduler",
+        description=f"Tollgate {config.stage}: a FIFO queue and DLQ per job type, outbox relay, scheduler",
     )
     api = ApiStack(
         app,
@@ -95,7 +95,7 @@ def build_app(
         config=config,
         **database,
         documents_bucket=data.documents_bucket,
-        jobs_queue=pipeline.jobs_queue,
+        job_queues={name: pair.queue for name, pair in pipeline.job_queues.items()},
         relay_function=pipeline.relay_function,
         description=f"Tollgate {config.stage}: ECS Fargate worker, its scaling and the OpenAI key secret",
     )
@@ -106,8 +106,8 @@ def build_app(
         rest_api=api.api,
         api_function=api.api_handler.function,
         authorizer_function=api.authorizer_handler.function,
-        jobs_queue=pipeline.jobs_queue,
-        dead_letter_queue=pipeline.dead_letter_queue,
+        job_queues={name: pair.queue for name, pair in pipeline.job_queues.items()},
+        dead_letter_queues={name: pair.dead_letters for name, pair in pipeline.job_queues.items()},
         worker_service=worker.service,
         worker_logs=worker.log_group,
         webhook_state_machine=delivery.state_machine,

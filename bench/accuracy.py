@@ -33,8 +33,8 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.machine import command_line, describe_machine, load_average, write_json
-from tollgate.execution.extraction.prompt import PROMPT_VERSION, build_messages
-from tollgate.execution.extraction.schema import SCHEMA_NAME, Invoice, response_format
+from tollgate.jobtypes.invoice_extraction.prompt import PROMPT_VERSION, build_messages
+from tollgate.jobtypes.invoice_extraction.schema import SCHEMA_NAME, Invoice, response_format
 from tollgate_dev.accuracy import AccuracyReport, compare_invoice
 from tollgate_dev.samples import KINDS, SampleInvoice, expected_invoice, generate_invoices
 from tollgate_dev.simulator.server import Fault, Latency, SimulatedProvider, SimulatorConfig

@@ -70,8 +70,9 @@ from tollgate.wiring import build_api
 from tollgate_dev.local.aws import (
     FAKE_AWS_ENV,
     create_documents_bucket,
-    create_jobs_queues,
+    create_job_type_queues,
     create_limiter_table,
+    queue_urls,
 )
 from tollgate_dev.local.postgres import embedded_server
 from tollgate_dev.samples import CONSISTENT_KINDS, SUPPLIERS, generate_invoices, request_body
@@ -254,7 +255,7 @@ class Environment:
     db_url: str
     db_source: str
     aws_endpoint: str
-    queue_url: str
+    queue_urls: dict[str, str]
     acceptance: AcceptanceDeps
     system_db: Database
     tenants: Tenants
@@ -310,7 +311,7 @@ def moto_process() -> Iterator[str]:
 def environment(tenant_count: int) -> Iterator[Environment]:
     with scratch_database() as (db_url, source), moto_process() as aws_endpoint:
         create_documents_bucket(BUCKET)
-        queue_url = create_jobs_queues("tollgate-drain-jobs").url
+        urls = queue_urls(create_job_type_queues("tollgate-drain"))
         create_limiter_table(boto3.client("dynamodb"), LIMITER_TABLE)
         api = build_api(
             ApiSettings(database_url=SecretStr(db_url), documents_bucket=BUCKET, **ADMISSION_OVERRIDES)
@@ -321,7 +322,7 @@ def environment(tenant_count: int) -> Iterator[Environment]:
         )
         try:
             tenants = make_tenants(system_db, db_url, tenant_count)
-            yield Environment(db_url, source, aws_endpoint, queue_url, api.acceptance, system_db, tenants)
+            yield Environment(db_url, source, aws_endpoint, urls, api.acceptance, system_db, tenants)
         finally:
             system_db.close()
             api.acceptance.db.close()
@@ -414,7 +415,7 @@ def worker_environment(
         "AWS_ENDPOINT_URL": env.aws_endpoint,
         "DATABASE_URL": env.db_url,
         "DATABASE_POOL_SIZE": str(config.slots + 2),
-        "JOBS_QUEUE_URL": env.queue_url,
+        "JOB_QUEUE_URLS": json.dumps(env.queue_urls),
         "DOCUMENTS_BUCKET": BUCKET,
         "OPENAI_BASE_URL": provider_url,
         "OPENAI_API_KEY": "simulated",

@@ -51,10 +51,11 @@ from tollgate.core.clock import SystemClock, new_id
 from tollgate.db import Database, build_database, load_queries
 from tollgate.db.migrations import apply_migrations
 from tollgate.execution.attempt import ExecutionDeps, claim_within_budget, run_attempt
-from tollgate.execution.extraction.prompt import PROMPT_VERSION
-from tollgate.execution.extraction.schema import SCHEMA_NAME, Invoice
-from tollgate.execution.extraction.validation import KnownSupplier, TenantPolicy, validate_invoice
 from tollgate.execution.limiter.local import InProcessLimiter
+from tollgate.jobtypes.invoice_extraction.prompt import PROMPT_VERSION
+from tollgate.jobtypes.invoice_extraction.schema import SCHEMA_NAME, Invoice
+from tollgate.jobtypes.invoice_extraction.validation import KnownSupplier, TenantPolicy, validate_invoice
+from tollgate.jobtypes.registry import JOB_TYPES
 from tollgate.settings import REPO_ROOT, ApiSettings, DatabaseSettings, WorkerSettings
 from tollgate.tenants.keys import create_tenant
 from tollgate.tenants.suppliers import add_supplier
@@ -359,7 +360,9 @@ def environment(config: Config, server_url: str, model_name: str) -> Iterator[En
             extra, described = structured_output_setting(config.structured_output)
             settings = WorkerSettings(
                 database_url=SecretStr(scratch.url),
-                jobs_queue_url="unused: the benchmark claims from the database, without ingress",
+                job_queue_urls=dict.fromkeys(
+                    JOB_TYPES, "unused: the benchmark claims from the database, without ingress"
+                ),
                 documents_bucket=BUCKET,
                 openai_base_url=f"{server_url}/v1",
                 # A placeholder, so no key from this environment is ever sent anywhere, even to 127.0.0.1.

@@ -98,6 +98,8 @@ from tollgate.db import Database, build_database, load_queries
 from tollgate.db.database import Conn
 from tollgate.db.migrations import apply_migrations
 from tollgate.events import EXTRACTION_REQUESTED, ExtractionRequested, outbox_row
+from tollgate.jobtypes.registry import JOB_TYPES
+from tollgate.outbox.job_queues import JobTypeQueues
 from tollgate.outbox.nudge import EventNudger
 from tollgate.outbox.relay import OutboxEvent, RelayDeps, RelayReport, relay_outbox
 from tollgate.outbox.sqs import SQS_BATCH_LIMIT, SqsFifoPublisher
@@ -276,7 +278,10 @@ class Relay:
     """
 
     def __init__(self, db_url: str, queue_url: str) -> None:
-        settings = RelaySettings(database_url=SecretStr(db_url), jobs_queue_url=queue_url)
+        # Every type's events go to the one benchmark queue: the events here are all invoice extractions.
+        settings = RelaySettings(
+            database_url=SecretStr(db_url), job_queue_urls=dict.fromkeys(JOB_TYPES, queue_url)
+        )
         wired = build_relay(settings)
         self.max_batches = settings.relay_max_batches
         self.recorder = Recorder()
@@ -284,8 +289,9 @@ class Relay:
         self._db = TimedDatabase(wired.db, self.recorder)
         self._pool = wired.db
         publisher = SqsFifoPublisher(cast("SQSClient", self._sqs), queue_url, settings.message_group_shards)
+        by_type = JobTypeQueues(dict.fromkeys(JOB_TYPES, publisher))
         self.deps: RelayDeps = replace(
-            wired, db=self._db, routes={**wired.routes, EXTRACTION_REQUESTED: publisher}
+            wired, db=self._db, routes={**wired.routes, EXTRACTION_REQUESTED: by_type}
         )
 
     def record_into(self, recorder: Recorder) -> None:

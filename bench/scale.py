@@ -504,6 +504,9 @@ class AcceptBench:
                 "document_bytes": 1000,
                 "deadline_at": deadline,
                 "trace_context": None,
+                # The raw baseline holds no spend reservation (0 adds nothing to the month).
+                "reserved_usd": 0,
+                "spend_month": None,
             }
             event = outbox_row(
                 ExtractionRequested(job_id=job_id, tenant_id=self.tenant_id, state_version=1),

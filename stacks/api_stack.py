@@ -100,6 +100,7 @@ class ApiStack(cdk.Stack):
                 "WEBHOOK_STATE_MACHINE_ARN": webhook_state_machine.state_machine_arn,
                 **settings_environment(config.admission),
                 **settings_environment(config.jobs),
+                **settings_environment(config.pricing),
             },
             # Under API Gateway's 29-second integration timeout, so the client gets our error, not a 504.
             timeout=cdk.Duration.seconds(25),

@@ -22,6 +22,7 @@ from tollgate.settings import (
     AdmissionSettings,
     ApiSettings,
     AuthorizerSettings,
+    PricingSettings,
     RelaySettings,
     RetrySettings,
     SchedulerSettings,
@@ -98,6 +99,11 @@ RetentionLimits = _settings_section(
 ``SchedulerSettings``. A tenant's own ``retention_days`` (``tollgate tenants set-retention``) wins over
 ``retention_default_days``."""
 
+Pricing = _settings_section("Pricing", PricingSettings, PricingSettings.model_fields)
+"""The price table and the optional system spend budget, one section for the two that must agree: the API
+Lambda (cost estimates at admission) and the worker (attempt costs, the stop before a call); the fields of
+``PricingSettings``."""
+
 WorkerTuning = _settings_section(
     "WorkerTuning",
     WorkerSettings,
@@ -106,8 +112,7 @@ WorkerTuning = _settings_section(
         "ingress_failure_visibility_seconds",
         "model_small",
         "model_large",
-        "small_model_max_chars",
-        "model_prices",
+        "escalate_to_large_model",
         "execution_slots",
         "lease_seconds",
         "heartbeat_seconds",
@@ -206,10 +211,12 @@ def settings_environment(section: BaseModel) -> dict[str, str]:
     """Render a settings section as environment variables (upper-case names, string values).
 
     Structured values (a dict of model prices) become JSON, which is how pydantic-settings reads them back.
+    An unset optional value (None) is left out, so the function reads its default, not the text "None".
     """
     return {
         name.upper(): json.dumps(value) if isinstance(value, dict | list) else str(value)
         for name, value in section.model_dump(mode="json").items()
+        if value is not None
     }
 
 
@@ -403,6 +410,7 @@ class StageConfig(BaseModel):
     scheduler: SchedulerLimits = Field(default_factory=SchedulerLimits)  # type: ignore[valid-type]
     retention: RetentionLimits = Field(default_factory=RetentionLimits)  # type: ignore[valid-type]
     worker: WorkerTuning = Field(default_factory=WorkerTuning)  # type: ignore[valid-type]
+    pricing: Pricing = Field(default_factory=Pricing)  # type: ignore[valid-type]
     webhooks: WebhookLimits = Field(default_factory=WebhookLimits)  # type: ignore[valid-type]
 
     layer_dir: Path = Field(

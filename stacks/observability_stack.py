@@ -6,6 +6,7 @@ that do the work never depend on how they are watched, and alarms can change wit
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import aws_cdk as cdk
@@ -52,6 +53,7 @@ from stacks.constructs.service_metrics import (
     WORKER_SERVICE,
     service_metric,
 )
+from tollgate.jobtypes.registry import JOB_TYPES
 
 QUEUE_PERIOD = cdk.Duration.minutes(1)
 # The jobs gauges come once a minute: three ticks in a row, so one slow or skipped tick pages nobody.
@@ -80,8 +82,8 @@ class ObservabilityStack(cdk.Stack):
         rest_api: apigw.RestApi,
         api_function: lambda_.IFunction,
         authorizer_function: lambda_.IFunction,
-        jobs_queue: sqs.IQueue,
-        dead_letter_queue: sqs.IQueue,
+        job_queues: Mapping[str, sqs.IQueue],
+        dead_letter_queues: Mapping[str, sqs.IQueue],
         worker_service: ecs.IBaseService,
         worker_logs: logs.ILogGroup,
         webhook_state_machine: sfn.IStateMachine,
@@ -127,7 +129,7 @@ class ObservabilityStack(cdk.Stack):
         )
 
         self._api_alarms(rest_api)
-        pipeline = self._pipeline_alarms(config, jobs_queue, dead_letter_queue)
+        pipeline = self._pipeline_alarms(config, job_queues, dead_letter_queues)
         execution = self._jobs_alarms(config)
         delivery = self._delivery_alarms(config, webhook_state_machine)
         review = self._review_alarms(config)
@@ -138,7 +140,7 @@ class ObservabilityStack(cdk.Stack):
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=dashboard_name)
         self._overview(config)
         self._api_row(rest_api, api_function, authorizer_function)
-        self._pipeline_row(jobs_queue, dead_letter_queue, pipeline)
+        self._pipeline_row(job_queues, dead_letter_queues, pipeline)
         self._jobs_row(config, worker_service, execution)
         self._provider_row(execution)
         self._delivery_row(webhook_state_machine, delivery)
@@ -194,9 +196,14 @@ class ObservabilityStack(cdk.Stack):
         )
 
     def _pipeline_alarms(
-        self, config: StageConfig, jobs_queue: sqs.IQueue, dead_letter_queue: sqs.IQueue
+        self,
+        config: StageConfig,
+        job_queues: Mapping[str, sqs.IQueue],
+        dead_letter_queues: Mapping[str, sqs.IQueue],
     ) -> dict[str, cloudwatch.Alarm]:
-        return {
+        """The outbox's age, and for each job type its queue's age (``queue_age:<type>``) and its DLQ's depth
+        (``dead_letters:<type>``)."""
+        alarms = {
             "outbox_age": self._alarm(
                 "OutboxAge",
                 description=(
@@ -208,30 +215,37 @@ class ObservabilityStack(cdk.Stack):
                 threshold=config.outbox_age_alarm_seconds,
                 evaluation_periods=GAUGE_PERIODS,
                 missing=cloudwatch.TreatMissingData.BREACHING,
-            ),
-            "queue_age": self._alarm(
-                "JobsQueueAge",
+            )
+        }
+        # Named <alarm>-<queue> (JobsQueueAge-invoice-extraction): the runbook's entry for the alarm applies
+        # to every type's.
+        for job_type, queue in job_queues.items():
+            alarms[f"queue_age:{job_type}"] = self._alarm(
+                f"JobsQueueAge-{JOB_TYPES[job_type].queue}",
                 description=(
-                    f"A jobs-queue message waited more than {config.jobs_queue_age_alarm_seconds} s for the "
-                    "worker's ingress: workers are down, cannot reach PostgreSQL, or keep failing it."
+                    f"A message on the {job_type} queue waited more than "
+                    f"{config.jobs_queue_age_alarm_seconds} s for the worker's ingress: workers are down, "
+                    "cannot reach PostgreSQL, or keep failing it."
                 ),
-                metric=jobs_queue.metric_approximate_age_of_oldest_message(
+                metric=queue.metric_approximate_age_of_oldest_message(
                     period=QUEUE_PERIOD, statistic=cloudwatch.Stats.MAXIMUM
                 ),
                 threshold=config.jobs_queue_age_alarm_seconds,
-            ),
-            "dead_letters": self._alarm(
-                "DeadLetters",
+            )
+        for job_type, dead_letters in dead_letter_queues.items():
+            alarms[f"dead_letters:{job_type}"] = self._alarm(
+                f"DeadLetters-{JOB_TYPES[job_type].queue}",
                 description=(
-                    "A jobs-queue message failed ingress too often and is in the dead-letter queue. Inspect "
-                    "and redrive it with `tollgate dlq`; the job itself is still in PostgreSQL."
+                    f"A message of the {job_type} queue failed ingress too often and is in that type's "
+                    f"dead-letter queue. Inspect and redrive it with `tollgate dlq list|redrive --job-type "
+                    f"{job_type}`; the job itself is still in PostgreSQL."
                 ),
-                metric=dead_letter_queue.metric_approximate_number_of_messages_visible(
+                metric=dead_letters.metric_approximate_number_of_messages_visible(
                     period=QUEUE_PERIOD, statistic=cloudwatch.Stats.MAXIMUM
                 ),
                 threshold=0,
-            ),
-        }
+            )
+        return alarms
 
     def _jobs_alarms(self, config: StageConfig) -> dict[str, cloudwatch.Alarm]:
         return {
@@ -413,11 +427,14 @@ class ObservabilityStack(cdk.Stack):
         )
 
     def _pipeline_row(
-        self, jobs_queue: sqs.IQueue, dead_letter_queue: sqs.IQueue, alarms: dict[str, cloudwatch.Alarm]
+        self,
+        job_queues: Mapping[str, sqs.IQueue],
+        dead_letter_queues: Mapping[str, sqs.IQueue],
+        alarms: dict[str, cloudwatch.Alarm],
     ) -> None:
         maxima: dict[str, Any] = {"period": QUEUE_PERIOD, "statistic": cloudwatch.Stats.MAXIMUM}
         self._row(
-            "Pipeline: do accepted jobs reach the queue?",
+            "Pipeline: do accepted jobs reach the queues?",
             graph(
                 "Outbox",
                 [scheduler_metric(UNPUBLISHED_OUTBOX_EVENTS, label="Unpublished events")],
@@ -426,15 +443,27 @@ class ObservabilityStack(cdk.Stack):
                 width=THIRD,
             ),
             graph(
-                "Jobs queue",
-                [jobs_queue.metric_approximate_number_of_messages_visible(label="Messages", **maxima)],
-                right=[jobs_queue.metric_approximate_age_of_oldest_message(label="Oldest (s)", **maxima)],
-                right_annotations=[alarms["queue_age"].to_annotation()],
+                "Job queues",
+                [
+                    queue.metric_approximate_number_of_messages_visible(
+                        label=f"{job_type} messages", **maxima
+                    )
+                    for job_type, queue in job_queues.items()
+                ],
+                right=[
+                    queue.metric_approximate_age_of_oldest_message(label=f"{job_type} oldest (s)", **maxima)
+                    for job_type, queue in job_queues.items()
+                ],
+                # One threshold for every type: the first type's annotation says it.
+                right_annotations=[alarms[f"queue_age:{next(iter(job_queues))}"].to_annotation()],
                 width=THIRD,
             ),
             graph(
                 "Dead letters",
-                [dead_letter_queue.metric_approximate_number_of_messages_visible(label="Messages", **maxima)],
+                [
+                    dead_letters.metric_approximate_number_of_messages_visible(label=job_type, **maxima)
+                    for job_type, dead_letters in dead_letter_queues.items()
+                ],
                 width=THIRD,
             ),
         )

@@ -1,7 +1,7 @@
-"""PipelineStack: the job signal path, from committed outbox rows to the jobs queue the worker reads.
+"""PipelineStack: the job signal path, from committed outbox rows to the job types' queues the worker reads.
 
-It owns the jobs FIFO queue and its dead-letter queue, and the outbox relay and scheduler Lambdas with their
-one-minute schedules. The alarms on a stuck pipeline watch these from ObservabilityStack.
+It owns a FIFO queue and a dead-letter queue per registered job type, and the outbox relay and scheduler
+Lambdas with their one-minute schedules. The alarms on a stuck pipeline watch these from ObservabilityStack.
 """
 
 from __future__ import annotations
@@ -16,22 +16,22 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_rds as rds
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
-from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.config import StageConfig, settings_environment
 from stacks.constructs.documents_access import DocumentsRetentionAccess
 from stacks.constructs.entrypoint_function import EntrypointFunction
+from stacks.constructs.job_queue import JobQueue, construct_name
 from stacks.constructs.lambda_packaging import DependenciesLayer, function_code
+from tollgate.jobtypes.registry import JOB_TYPES
 
 EVERY_MINUTE = events.Schedule.rate(cdk.Duration.minutes(1))
-DLQ_RETENTION = cdk.Duration.days(14)
 
 
 class PipelineStack(cdk.Stack):
-    """Exposes ``jobs_queue`` (the worker consumes it), ``relay_function`` (the API nudges it) and
-    ``dead_letter_queue`` (ObservabilityStack alarms on its depth)."""
+    """Exposes ``job_queues`` (a queue and DLQ per job type, by type name: the worker consumes the queues,
+    ObservabilityStack alarms on the DLQs' depth) and ``relay_function`` (the API nudges it)."""
 
     def __init__(
         self,
@@ -49,7 +49,10 @@ class PipelineStack(cdk.Stack):
     ) -> None:
         super().__init__(scope, construct_id, env=config.environment, **kwargs)
         self.config = config
-        self.dead_letter_queue, self.jobs_queue = self._queues()
+        self.job_queues: dict[str, JobQueue] = {
+            name: JobQueue(self, f"{construct_name(job_type)}Jobs", config=config, job_type=job_type)
+            for name, job_type in JOB_TYPES.items()
+        }
 
         code = function_code()
         layer = DependenciesLayer(self, "Dependencies", layer_dir=config.layer_dir).layer
@@ -74,7 +77,9 @@ class PipelineStack(cdk.Stack):
             description="Tollgate outbox relay: publishes committed events (nudged, and swept every minute)",
             environment={
                 **database_environment,
-                "JOBS_QUEUE_URL": self.jobs_queue.queue_url,
+                "JOB_QUEUE_URLS": self.to_json_string(
+                    {name: pair.queue.queue_url for name, pair in self.job_queues.items()}
+                ),
                 # Webhook events go to DeliveryStack's dispatcher, one execution per delivery.
                 "WEBHOOK_STATE_MACHINE_ARN": webhook_state_machine.state_machine_arn,
                 **settings_environment(config.relay),
@@ -110,7 +115,8 @@ class PipelineStack(cdk.Stack):
         self._run_every_minute(config)
         for handler in (self.relay, self.scheduler):
             database_secret.grant_read(handler.function)
-        self.jobs_queue.grant_send_messages(self.relay.function)
+        for pair in self.job_queues.values():
+            pair.queue.grant_send_messages(self.relay.function)
         for starter in (self.relay, self.scheduler):
             webhook_state_machine.grant_start_execution(starter.function)
         scheduler_role = self.scheduler.function.role
@@ -119,42 +125,20 @@ class PipelineStack(cdk.Stack):
             self, "Retention", config=config, documents_bucket=documents_bucket, role=scheduler_role
         )
 
-        cdk.CfnOutput(self, "JobsQueueUrl", value=self.jobs_queue.queue_url)
-        # The support CLI's `tollgate dlq` commands read and redrive this queue.
-        cdk.CfnOutput(self, "DeadLetterQueueUrl", value=self.dead_letter_queue.queue_url)
-        cdk.CfnOutput(self, "RelayFunctionName", value=self.relay.function.function_name)
-
-    def _queues(self) -> tuple[sqs.Queue, sqs.Queue]:
-        # SQS-managed encryption: no key policy for the relay, the worker and the support CLI to share,
-        # and messages carry event ids and routing data, never documents.
-        dead_letters = sqs.Queue(
+        # The support CLI's `tollgate dlq` commands read and redrive these: JOB_QUEUE_URLS and JOB_DLQ_URLS.
+        cdk.CfnOutput(
             self,
-            "JobsDeadLetters",
-            fifo=True,
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            retention_period=DLQ_RETENTION,
-            removal_policy=self.config.cdk_removal_policy,
+            "JobQueueUrls",
+            value=self.to_json_string({name: pair.queue.queue_url for name, pair in self.job_queues.items()}),
         )
-        jobs = sqs.Queue(
+        cdk.CfnOutput(
             self,
-            "Jobs",
-            fifo=True,
-            # The relay sets MessageDeduplicationId to the event id, so a republished event is dropped.
-            content_based_deduplication=False,
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            visibility_timeout=cdk.Duration.seconds(self.config.jobs_queue_visibility_seconds),
-            # A signal nobody took in for four days is not needed: the job is in PostgreSQL, where the
-            # worker's own claim scans find it. Failed messages keep 14 days in the DLQ, whose clock
-            # restarts on the move for FIFO queues.
-            retention_period=cdk.Duration.days(4),
-            dead_letter_queue=sqs.DeadLetterQueue(
-                queue=dead_letters, max_receive_count=self.config.jobs_queue_max_receive_count
+            "JobDlqUrls",
+            value=self.to_json_string(
+                {name: pair.dead_letters.queue_url for name, pair in self.job_queues.items()}
             ),
-            removal_policy=self.config.cdk_removal_policy,
         )
-        return dead_letters, jobs
+        cdk.CfnOutput(self, "RelayFunctionName", value=self.relay.function.function_name)
 
     def _run_every_minute(self, config: StageConfig) -> None:
         relay = self.relay.function.node.default_child

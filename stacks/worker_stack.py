@@ -1,11 +1,12 @@
 """WorkerStack: job execution on ECS Fargate, scaled on the scheduler's backlog metrics.
 
-The worker takes signals in from the jobs queue (PipelineStack), claims jobs from PostgreSQL through RDS
-Proxy, reads documents and calls the LLM provider. Everything it connects to is passed in by ``app.py``.
+The worker takes signals in from every job type's queue (PipelineStack), claims jobs from PostgreSQL through
+RDS Proxy, reads documents and calls the LLM provider. Everything it connects to is passed in by ``app.py``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import aws_cdk as cdk
@@ -65,7 +66,7 @@ class WorkerStack(cdk.Stack):
         database_secret: secretsmanager.ISecret,
         database_clients: ec2.ISecurityGroup,
         documents_bucket: s3.IBucket,
-        jobs_queue: sqs.IQueue,
+        job_queues: Mapping[str, sqs.IQueue],
         relay_function: lambda_.IFunction,
         **kwargs: Any,
     ) -> None:
@@ -129,7 +130,7 @@ class WorkerStack(cdk.Stack):
                 database_secret=database_secret,
                 database_clients=database_clients,
                 documents_bucket=documents_bucket,
-                jobs_queue=jobs_queue,
+                job_queues=job_queues,
                 relay_function=relay_function,
             )
         self.service = self.services["normal"]
@@ -155,7 +156,7 @@ class WorkerStack(cdk.Stack):
         database_secret: secretsmanager.ISecret,
         database_clients: ec2.ISecurityGroup,
         documents_bucket: s3.IBucket,
-        jobs_queue: sqs.IQueue,
+        job_queues: Mapping[str, sqs.IQueue],
         relay_function: lambda_.IFunction,
     ) -> None:
         """The task definition, service and scaling of one tier's workers."""
@@ -183,7 +184,7 @@ class WorkerStack(cdk.Stack):
             ),
             essential=True,
             environment={
-                **self._environment(config, spec, database_proxy, database_secret, jobs_queue),
+                **self._environment(config, spec, database_proxy, database_secret, job_queues),
                 # One provider budget for every task: requests/min, tokens/min and calls in flight.
                 "LIMITER_TABLE": self.limiter_table.table_name,
                 # A deployed worker refuses to start without its budget table or its provider key.
@@ -217,7 +218,7 @@ class WorkerStack(cdk.Stack):
             prefix=prefix,
             database_secret=database_secret,
             documents_bucket=documents_bucket,
-            jobs_queue=jobs_queue,
+            job_queues=job_queues,
         )
         # The unqualified name is what the nudge invokes: the function and $LATEST, no version wildcard.
         relay_function.grant_invoke_latest_version(task_definition.task_role)
@@ -258,7 +259,7 @@ class WorkerStack(cdk.Stack):
         spec: WorkerService,
         database_proxy: rds.IDatabaseProxy,
         database_secret: secretsmanager.ISecret,
-        jobs_queue: sqs.IQueue,
+        job_queues: Mapping[str, sqs.IQueue],
     ) -> dict[str, str]:
         """WorkerSettings' fields, except OPENAI_API_KEY (an ECS secret), OPENAI_BASE_URL (OpenAI's own
         endpoint in AWS), WORKER_ID (derived from the task's hostname at start) and DATABASE_ROLE/URL."""
@@ -270,12 +271,16 @@ class WorkerStack(cdk.Stack):
             "DATABASE_HOST": database_proxy.endpoint,
             # A connection per execution slot, plus ingress and the claim loop; RDS Proxy multiplexes them.
             "DATABASE_POOL_SIZE": str(spec.execution_slots + 2),
-            "JOBS_QUEUE_URL": jobs_queue.queue_url,
+            # Every job type's queue: the worker runs a receive loop for each.
+            "JOB_QUEUE_URLS": self.to_json_string(
+                {name: queue.queue_url for name, queue in job_queues.items()}
+            ),
             "DOCUMENTS_BUCKET": config.documents_bucket_name,
             # The completion budget acceptance estimated each job with; asking for more could overrun it.
             "MAX_OUTPUT_TOKENS": str(config.jobs.max_output_tokens),
             **settings_environment(config.retry),
             **settings_environment(config.worker),
+            **settings_environment(config.pricing),
             # Per service: its tiers, slots and idle wait (the normal service's are the worker section's).
             "EXECUTION_SLOTS": str(spec.execution_slots),
             "CLAIM_IDLE_SECONDS": str(spec.claim_idle_seconds),
@@ -290,10 +295,11 @@ class WorkerStack(cdk.Stack):
         prefix: str,
         database_secret: secretsmanager.ISecret,
         documents_bucket: s3.IBucket,
-        jobs_queue: sqs.IQueue,
+        job_queues: Mapping[str, sqs.IQueue],
     ) -> None:
         task_role = task_definition.task_role
-        jobs_queue.grant_consume_messages(task_role)
+        for queue in job_queues.values():
+            queue.grant_consume_messages(task_role)
         database_secret.grant_read(task_role)
         DocumentsReadAccess(
             self, f"{prefix}Documents", config=config, documents_bucket=documents_bucket, role=task_role

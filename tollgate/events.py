@@ -23,21 +23,38 @@ EXTRACTION_COMPLETED = "extraction.completed.v1"
 EXTRACTION_REVIEW_REQUIRED = "extraction.review_required.v1"
 EXTRACTION_FAILED = "extraction.failed.v1"
 EXTRACTION_REJECTED = "extraction.rejected.v1"
+TENANT_SPEND_THRESHOLD = "tenant.spend_threshold.v1"
 
 
 class UnknownEventType(ValueError):
     """An event type no model describes: nothing may build, parse or deliver it."""
 
 
-class EventPayload(BaseModel):
-    """What every event says about its job. Strict: a payload with a field too many, or a field of the
-    wrong type, is refused where it is built, not discovered by a tenant."""
+class BaseEvent(BaseModel):
+    """What every event is: typed, versioned, about one tenant. Strict: a payload with a field too many, or a
+    field of the wrong type, is refused where it is built, not discovered by a tenant."""
 
     # Serialization defaults required: a field with a default is still always sent, so the schema says so.
     model_config = ConfigDict(
         extra="forbid", strict=True, frozen=True, json_schema_serialization_defaults_required=True
     )
     event_type: ClassVar[str]
+
+    tenant_id: UUID
+
+    @property
+    def aggregate_id(self) -> UUID:
+        """The outbox row's aggregate: what the event is about (a job, or the tenant itself)."""
+        return self.tenant_id
+
+    @classmethod
+    def parse(cls, payload: Mapping[str, Any]) -> BaseEvent:
+        """A stored or received payload is JSON: validate it as JSON (a UUID arrives as a string)."""
+        return cls.model_validate_json(json.dumps(payload))
+
+
+class EventPayload(BaseEvent):
+    """What every job event says about its job."""
 
     job_id: UUID = Field(description="The extraction job this event is about.")
     tenant_id: UUID = Field(description="The tenant that owns the job.")
@@ -47,10 +64,19 @@ class EventPayload(BaseModel):
         "state change, so a consumer keeps the highest it has seen and ignores older events.",
     )
 
+    @property
+    def aggregate_id(self) -> UUID:
+        return self.job_id
+
     @classmethod
     def parse(cls, payload: Mapping[str, Any]) -> EventPayload:
-        """A stored or received payload is JSON: validate it as JSON (a UUID arrives as a string)."""
         return cls.model_validate_json(json.dumps(payload))
+
+
+class TenantEventPayload(BaseEvent):
+    """What every event about a tenant as a whole (not one of its jobs) says."""
+
+    tenant_id: UUID = Field(description="The tenant this event is about.")
 
 
 class ExtractionRequested(EventPayload):
@@ -58,6 +84,12 @@ class ExtractionRequested(EventPayload):
     Internal: it goes to the job type's queue, never to a tenant's webhook."""
 
     event_type: ClassVar[str] = EXTRACTION_REQUESTED
+
+    # A default, so that rows written before job types had queues of their own still parse.
+    job_type: str = Field(
+        default="invoice_extraction",
+        description="The job's type; the relay sends the event to that type's queue.",
+    )
 
 
 class JobOutcome(EventPayload):
@@ -129,7 +161,24 @@ class ExtractionFailed(JobOutcome):
     )
 
 
-PAYLOADS: dict[str, type[EventPayload]] = {
+class TenantSpendThreshold(TenantEventPayload):
+    """The tenant's cost this month reached a share of its monthly budget: 80 percent (a warning), then 100
+    (admission refuses new jobs with spend-budget-exhausted until the next month, and workers start no call
+    that would pass the budget). Each threshold is announced once per tenant and month, by the transaction
+    that recorded the cost that crossed it. Goes to the results bus, not to webhooks."""
+
+    event_type: ClassVar[str] = TENANT_SPEND_THRESHOLD
+
+    month: str = Field(pattern=r"^\d{4}-\d{2}$", description="The UTC month, as YYYY-MM.")
+    threshold_percent: Literal[80, 100] = Field(description="The share of the budget reached: 80 or 100.")
+    budget_usd: str = Field(description="The tenant's monthly budget in USD, as a decimal string.")
+    spent_usd: str = Field(
+        description="The tenant's recorded cost this month in USD when the threshold was crossed, as a "
+        "decimal string."
+    )
+
+
+JOB_PAYLOADS: dict[str, type[EventPayload]] = {
     model.event_type: model
     for model in (
         ExtractionRequested,
@@ -139,6 +188,10 @@ PAYLOADS: dict[str, type[EventPayload]] = {
         ExtractionFailed,
     )
 }
+PAYLOADS: dict[str, type[BaseEvent]] = {**JOB_PAYLOADS, TENANT_SPEND_THRESHOLD: TenantSpendThreshold}
+# Events that go only to the results bus: no job queue, no webhook. Routed by the relay's wiring to the bus
+# publisher; until one is configured the relay leaves them unpublished (no route).
+BUS_ONLY_EVENT_TYPES = (TENANT_SPEND_THRESHOLD,)
 # What tenants' endpoints can subscribe to; the requested event stays inside Tollgate.
 WEBHOOK_EVENT_TYPES = (
     EXTRACTION_COMPLETED,
@@ -151,25 +204,26 @@ WEBHOOK_EVENT_TYPES = (
 DEFAULT_SUBSCRIPTION = (EXTRACTION_COMPLETED, EXTRACTION_FAILED, EXTRACTION_REJECTED)
 
 
-def payload_model(event_type: str) -> type[EventPayload]:
+def payload_model(event_type: str) -> type[BaseEvent]:
     try:
         return PAYLOADS[event_type]
     except KeyError:
         raise UnknownEventType(f"no event model for {event_type!r}") from None
 
 
-def parse_payload(event_type: str, payload: Mapping[str, Any]) -> EventPayload:
+def parse_payload(event_type: str, payload: Mapping[str, Any]) -> BaseEvent:
     """The typed payload of a stored or received event; pydantic's ValidationError when it is not one."""
     return payload_model(event_type).parse(payload)
 
 
-def outbox_row(event: EventPayload, *, event_id: UUID, trace_context: str | None) -> dict[str, Any]:
+def outbox_row(event: BaseEvent, *, event_id: UUID, trace_context: str | None) -> dict[str, Any]:
     """``insert_outbox_event``'s parameters: the only way a producer writes an event. The type, tenant and
-    aggregate come from the model, so a row cannot pair one event's type with another's payload."""
+    aggregate (the job, or the tenant for a tenant event) come from the model, so a row cannot pair one
+    event's type with another's payload."""
     return {
         "event_id": event_id,
         "tenant_id": event.tenant_id,
-        "aggregate_id": event.job_id,
+        "aggregate_id": event.aggregate_id,
         "event_type": event.event_type,
         "payload": Jsonb(event.model_dump(mode="json")),
         "trace_context": trace_context,
@@ -192,7 +246,7 @@ def _webhook_models() -> dict[str, type[BaseModel]]:
     links), its ``type`` and ``timestamp``."""
     models: dict[str, type[BaseModel]] = {}
     for event_type in WEBHOOK_EVENT_TYPES:
-        payload = PAYLOADS[event_type]
+        payload = JOB_PAYLOADS[event_type]
         data = create_model(
             f"{payload.__name__}Data",
             __base__=payload,
@@ -233,7 +287,7 @@ def webhook_body(event_type: str, payload: Mapping[str, Any], created_at: dateti
     here, never sent), with the job's links; compact, keys sorted."""
     if event_type not in WEBHOOKS:
         raise UnknownEventType(f"{event_type!r} is not delivered to webhooks")
-    event = parse_payload(event_type, payload)
+    event = JOB_PAYLOADS[event_type].parse(payload)
     data = {**event.model_dump(), "links": JobLinks.of(event.job_id)}
     body = WEBHOOKS[event_type](type=event_type, timestamp=created_at, data=data)
     return json.dumps(body.model_dump(mode="json"), separators=(",", ":"), sort_keys=True)

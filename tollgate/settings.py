@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from tollgate.core.tiers import SERVICE_TIERS, ServiceTier
 from tollgate.execution.llm.output import StructuredOutput
+from tollgate.jobtypes.registry import JOB_TYPES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # A checkout keeps the migrations at its top; the wheel carries them inside the package (pyproject's
@@ -87,7 +88,25 @@ class ExtractionSettings(BaseSettings):
     )
 
 
-class ApiSettings(DatabaseSettings, AdmissionSettings, ExtractionSettings):
+class PricingSettings(BaseSettings):
+    """Shared by acceptance (it estimates a job's cost against spend budgets) and the worker (it records each
+    attempt's cost and stops before a call that would pass a budget): one price table for both."""
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    model_prices: dict[str, tuple[float, float]] = Field(
+        default={"gpt-4.1-mini": (0.40, 1.60), "gpt-4.1": (2.00, 8.00)},
+        description="USD per million input and output tokens, per model (JSON); check the provider's prices.",
+    )
+    system_monthly_budget_usd: float | None = Field(
+        default=None,
+        ge=0,
+        description="Spend budget in USD per UTC month across all tenants; unset is none. Admission refuses "
+        "(429 spend-budget-exhausted) and workers stop calling when it would be passed.",
+    )
+
+
+class ApiSettings(DatabaseSettings, AdmissionSettings, ExtractionSettings, PricingSettings):
     """The acceptance API Lambda."""
 
     documents_bucket: str = Field(description="Versioned S3 bucket holding tenants' documents.")
@@ -138,10 +157,40 @@ class SystemDatabaseSettings(DatabaseSettings):
     database_role: str = Field(default="tollgate_system", description="Role for work across tenants.")
 
 
-class RelaySettings(SystemDatabaseSettings):
+def check_job_type_map(variable: str, urls: dict[str, str], what: str) -> None:
+    """A map by job type must name every registered type and nothing else: a type without a queue would
+    have its jobs' signals fail at the relay, or its dead letters go unseen, long after the start."""
+    missing = [name for name in JOB_TYPES if not urls.get(name)]
+    unknown = sorted(set(urls) - set(JOB_TYPES))
+    problems = [f"{variable} has no {what} for job type {name!r}" for name in missing]
+    problems += [
+        f"{variable} names job type {name!r}, which is not registered (registered: {', '.join(JOB_TYPES)})"
+        for name in unknown
+    ]
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+class JobQueueSettings(BaseSettings):
+    """Each job type's SQS FIFO queue, by type name (a JSON object), as the relay sends and the worker
+    receives."""
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    job_queue_urls: dict[str, str] = Field(
+        description="URL of each job type's SQS FIFO queue, by job type (JSON), e.g. "
+        '`{"invoice_extraction": "https://sqs...", ...}`; every registered type needs one.'
+    )
+
+    @model_validator(mode="after")
+    def _every_type_has_a_queue(self) -> JobQueueSettings:
+        check_job_type_map("JOB_QUEUE_URLS", self.job_queue_urls, "queue")
+        return self
+
+
+class RelaySettings(SystemDatabaseSettings, JobQueueSettings):
     """The outbox relay Lambda."""
 
-    jobs_queue_url: str = Field(description="URL of the jobs SQS FIFO queue.")
     relay_batch_size: int = Field(default=100, ge=1, le=1000, description="Outbox rows claimed per batch.")
     relay_max_batches: int = Field(default=20, ge=1, description="Batches per invocation before returning.")
     relay_claim_seconds: int = Field(
@@ -194,8 +243,8 @@ class RetentionSettings(BaseSettings):
         ge=1,
         le=3650,
         description="Execution inbox and quarantine rows are deleted this many days after receipt; above "
-        "the 18 days an SQS message can live (4 in the jobs queue, 14 in its DLQ), so a redelivery finds its "
-        "row.",
+        "the 18 days an SQS message can live (4 in a job type's queue, 14 in its DLQ), so a redelivery finds "
+        "its row.",
     )
     retention_batch_size: int = Field(
         default=500, ge=1, le=5000, description="Rows per retention batch; each batch is its own transaction."
@@ -302,10 +351,16 @@ class LimiterSettings(BaseSettings):
         return self
 
 
-class WorkerSettings(SystemDatabaseSettings, RetrySettings, ExtractionSettings, LimiterSettings):
-    """The ECS worker: ingress consumer and execution slots."""
+class WorkerSettings(
+    SystemDatabaseSettings,
+    JobQueueSettings,
+    RetrySettings,
+    ExtractionSettings,
+    LimiterSettings,
+    PricingSettings,
+):
+    """The ECS worker: an ingress consumer per job type's queue, and execution slots."""
 
-    jobs_queue_url: str = Field(description="URL of the jobs SQS FIFO queue.")
     documents_bucket: str = Field(description="Versioned S3 bucket holding tenants' documents.")
     ingress_wait_seconds: int = Field(default=20, ge=0, le=20, description="SQS long-poll wait.")
     ingress_failure_visibility_seconds: int = Field(
@@ -319,16 +374,16 @@ class WorkerSettings(SystemDatabaseSettings, RetrySettings, ExtractionSettings, 
     openai_base_url: str | None = Field(
         default=None, description="Any OpenAI-compatible endpoint instead of OpenAI's own."
     )
-    model_small: str = Field(default="gpt-4.1-mini", description="Model for simple invoices.")
-    model_large: str = Field(default="gpt-4.1", description="Model for long or complex invoices.")
-    small_model_max_chars: int = Field(
-        default=6000,
-        ge=0,
-        description="Invoices up to this many characters and 1 page go to the small model.",
+    model_small: str = Field(
+        default="gpt-4.1-mini",
+        description="Model for simple documents: within the job type's routing bounds (pages, characters, "
+        "lines, language; see the job types table in the README).",
     )
-    model_prices: dict[str, tuple[float, float]] = Field(
-        default={"gpt-4.1-mini": (0.40, 1.60), "gpt-4.1": (2.00, 8.00)},
-        description="USD per million input and output tokens, per model (JSON); check the provider's prices.",
+    model_large: str = Field(default="gpt-4.1", description="Model for everything else, and for escalations.")
+    escalate_to_large_model: bool = Field(
+        default=True,
+        description="Retry a job whose small-model result failed validation once on the large model before "
+        "it goes to review (each attempt keeps its own model, tokens and cost).",
     )
     execution_slots: int = Field(default=4, ge=1, le=256, description="Attempts one worker runs at once.")
     worker_service_tiers: Annotated[tuple[ServiceTier, ...], NoDecode] = Field(
@@ -444,9 +499,16 @@ class SupportDatabaseSettings(SystemDatabaseSettings):
     )
 
 
-class SupportSettings(SupportDatabaseSettings):
+class SupportSettings(SupportDatabaseSettings, JobQueueSettings):
     """The support CLI (``tollgate jobs|dlq|deliveries``), against AWS or the local system; the ``dlq``
-    commands need the queues too."""
+    commands need every job type's queue and dead-letter queue too."""
 
-    jobs_queue_url: str = Field(description="URL of the jobs SQS FIFO queue.")
-    jobs_dlq_url: str = Field(description="URL of the jobs queue's dead-letter queue.")
+    job_dlq_urls: dict[str, str] = Field(
+        description="URL of each job type's dead-letter queue, by job type (JSON); every registered type "
+        "needs one."
+    )
+
+    @model_validator(mode="after")
+    def _every_type_has_a_dlq(self) -> SupportSettings:
+        check_job_type_map("JOB_DLQ_URLS", self.job_dlq_urls, "dead-letter queue")
+        return self

@@ -35,6 +35,7 @@ from tollgate.execution.limiter.factory import build_limiter
 from tollgate.execution.llm.client import LlmClient, OpenAIExtractor
 from tollgate.execution.worker import WorkerConfig
 from tollgate.ingress.consumer import IngressDeps
+from tollgate.outbox.job_queues import JobTypeQueues
 from tollgate.outbox.nudge import LambdaNudger, NoNudge, Nudger
 from tollgate.outbox.relay import RelayDeps
 from tollgate.outbox.sqs import SqsFifoPublisher
@@ -53,7 +54,7 @@ from tollgate.settings import (
     WorkerSettings,
 )
 from tollgate.support.configuration import AwsEndpoint
-from tollgate.support.service import SupportDeps
+from tollgate.support.service import SupportDeps, TypeQueues
 from tollgate.tenants.keys import ApiKeyResolver
 
 if TYPE_CHECKING:
@@ -104,7 +105,13 @@ def build_relay(
 ) -> RelayDeps:
     """The routing table lives here: each event type to the one destination that carries it."""
     db = db or build_database(settings, pool_name="relay")
-    jobs_queue = SqsFifoPublisher(boto3.client("sqs"), settings.jobs_queue_url, settings.message_group_shards)
+    sqs = boto3.client("sqs")
+    job_queues = JobTypeQueues(
+        {
+            job_type: SqsFifoPublisher(sqs, url, settings.message_group_shards)
+            for job_type, url in settings.job_queue_urls.items()
+        }
+    )
     if starter is None:
         starter = (
             StepFunctionsStarter(boto3.client("stepfunctions"), settings.webhook_state_machine_arn)
@@ -115,7 +122,7 @@ def build_relay(
     return RelayDeps(
         db=db,
         clock=SystemClock(),
-        routes={EXTRACTION_REQUESTED: jobs_queue, **dict.fromkeys(WEBHOOK_EVENT_TYPES, webhooks)},
+        routes={EXTRACTION_REQUESTED: job_queues, **dict.fromkeys(WEBHOOK_EVENT_TYPES, webhooks)},
         batch_size=settings.relay_batch_size,
         claim_seconds=settings.relay_claim_seconds,
     )
@@ -188,7 +195,7 @@ def build_execution(
         new_id=new_id,
         retry_policy=retry_policy(settings),
         jitter=random.uniform,
-        router=ModelRouter(settings.model_small, settings.model_large, settings.small_model_max_chars),
+        router=ModelRouter(settings.model_small, settings.model_large, settings.escalate_to_large_model),
         prices=settings.model_prices,
         worker_id=settings.worker_id,
         provider_pool=settings.provider_pool,
@@ -197,6 +204,7 @@ def build_execution(
         max_output_tokens=settings.max_output_tokens,
         nudger=nudger or _relay_nudger(settings.relay_function_name),
         metrics=metrics or RecordedMetrics(),
+        system_monthly_budget_usd=settings.system_monthly_budget_usd,
     )
 
 
@@ -237,14 +245,23 @@ def build_webhook_attempts(
     )
 
 
-def build_ingress(settings: WorkerSettings, db: Database | None = None) -> IngressDeps:
-    return IngressDeps(
-        db=db or build_database(settings, pool_name="ingress"),
-        sqs=boto3.client("sqs"),
-        queue_url=settings.jobs_queue_url,
-        clock=SystemClock(),
-        wait_seconds=settings.ingress_wait_seconds,
-        failure_visibility_seconds=settings.ingress_failure_visibility_seconds,
+def build_ingress(settings: WorkerSettings, db: Database | None = None) -> tuple[IngressDeps, ...]:
+    """One consumer per job type's queue, sharing the database pool and the SQS client (boto3 clients are
+    thread-safe): the worker runs a receive loop for each, so a quiet queue's long poll delays no other."""
+    db = db or build_database(settings, pool_name="ingress")
+    sqs = boto3.client("sqs")
+    clock = SystemClock()
+    return tuple(
+        IngressDeps(
+            db=db,
+            sqs=sqs,
+            queue_url=url,
+            clock=clock,
+            wait_seconds=settings.ingress_wait_seconds,
+            failure_visibility_seconds=settings.ingress_failure_visibility_seconds,
+            job_type=job_type,
+        )
+        for job_type, url in settings.job_queue_urls.items()
     )
 
 
@@ -267,10 +284,13 @@ def build_support(
     endpoint_url = aws.url if aws else None
     # Clients first: one that cannot be made (no region, say) then leaves no database pool behind.
     sqs: SQSClient | None = None
-    queue_url = dlq_url = ""
+    type_queues: dict[str, TypeQueues] = {}
     if isinstance(settings, SupportSettings):
         sqs = session.client("sqs", endpoint_url=endpoint_url)
-        queue_url, dlq_url = settings.jobs_queue_url, settings.jobs_dlq_url
+        type_queues = {
+            job_type: TypeQueues(url, settings.job_dlq_urls[job_type])
+            for job_type, url in settings.job_queue_urls.items()
+        }
     arn = settings.webhook_state_machine_arn
     starter = (
         StepFunctionsStarter(session.client("stepfunctions", endpoint_url=endpoint_url), arn) if arn else None
@@ -285,8 +305,7 @@ def build_support(
         sleep=time.sleep,
         actor=actor or getpass.getuser(),
         sqs=sqs,
-        queue_url=queue_url,
-        dlq_url=dlq_url,
+        type_queues=type_queues,
         replays=replays,
         extra_attempts=settings.redrive_extra_attempts,
         deadline_seconds=settings.redrive_deadline_seconds,

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from tollgate.execution.extraction.evidence import resolve_evidence
-from tollgate.execution.extraction.schema import Invoice, LineItem
+from tollgate.jobtypes.invoice_extraction.evidence import resolve_evidence
+from tollgate.jobtypes.invoice_extraction.schema import Invoice, LineItem
 
 DOCUMENT_FIELDS = (
     "supplier_name",

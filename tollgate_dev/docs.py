@@ -1,4 +1,5 @@
-"""Generates the README's configuration reference from the settings models, so the two cannot drift."""
+"""Generates the README's configuration reference from the settings models, and its job types table from the
+registry, so neither can drift from the code."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings
 
+from tollgate.jobtypes.registry import JOB_TYPES
 from tollgate.settings import (
     REPO_ROOT,
     ApiSettings,
@@ -31,6 +33,7 @@ ENTRYPOINTS: dict[str, type[BaseSettings]] = {
     "support CLI": SupportSettings,
 }
 START, END = "<!-- configuration:start -->", "<!-- configuration:end -->"
+TYPES_START, TYPES_END = "<!-- job-types:start -->", "<!-- job-types:end -->"
 
 
 def _default(field: FieldInfo) -> str:
@@ -64,8 +67,33 @@ def configuration_reference() -> str:
     return "\n".join(lines)
 
 
+def job_types_reference() -> str:
+    lines = [
+        "| `job_type` | result schema | options | policy | small model when | output tokens | queue |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for kind in JOB_TYPES.values():
+        options = ", ".join(f"`{name}`" for name in kind.options.model_fields) or "none"
+        routing = kind.routing
+        languages = ", ".join(sorted(routing.small_languages)) if routing.small_languages else "any"
+        small = (
+            f"≤ {routing.max_pages} pages, ≤ {routing.max_chars} characters, ≤ {routing.max_lines} lines; "
+            f"language: {languages}"
+        )
+        lines.append(
+            f"| `{kind.name}` | `{kind.schema_version}` | {options} | `{kind.policy_version}` | {small} | "
+            f"{kind.max_output_tokens} | `{kind.queue}` |"
+        )
+    return "\n".join(lines)
+
+
+def _replace(text: str, start: str, end: str, body: str) -> str:
+    head, _, rest = text.partition(start)
+    _, _, tail = rest.partition(end)
+    return f"{head}{start}\n{body}\n{end}{tail}"
+
+
 def render_readme(readme: str) -> str:
-    """The README with its configuration section replaced by the generated table."""
-    head, _, rest = readme.partition(START)
-    _, _, tail = rest.partition(END)
-    return f"{head}{START}\n{configuration_reference()}\n{END}{tail}"
+    """The README with its generated sections (configuration, job types) replaced by their tables."""
+    readme = _replace(readme, START, END, configuration_reference())
+    return _replace(readme, TYPES_START, TYPES_END, job_types_reference())

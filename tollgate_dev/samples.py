@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
-from tollgate.execution.extraction import schema
+from tollgate.jobtypes.invoice_extraction import schema
 
 CENT = Decimal("0.01")
 APOSTROPHE = "'"  # Swiss thousands separator

@@ -27,7 +27,9 @@ PATIENCE_SECONDS = 120
 
 @pytest.fixture
 def stack(local_stack):
-    return local_stack()
+    # No escalation: each job makes one call, so the mistake queued for the next call is the job's only one
+    # (escalation has its own story in test_job_types_on_local_stack.py).
+    return local_stack(worker_overrides={"escalate_to_large_model": False})
 
 
 def merge_patch(source: Any, target: Any) -> Any:

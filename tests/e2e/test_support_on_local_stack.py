@@ -48,7 +48,7 @@ def state(url, job_id):
 
 def dlq_depth(stack):
     attributes = boto3.client("sqs").get_queue_attributes(
-        QueueUrl=stack.queues.dlq_url, AttributeNames=["ApproximateNumberOfMessages"]
+        QueueUrl=stack.queues["invoice_extraction"].dlq_url, AttributeNames=["ApproximateNumberOfMessages"]
     )["Attributes"]
     return int(attributes["ApproximateNumberOfMessages"])
 
@@ -59,7 +59,7 @@ def cli(stack, *args, columns=80):
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in {"JOBS_QUEUE_URL", "JOBS_DLQ_URL", "DATABASE_URL", "MOTO_PORT"}
+        if k not in {"JOB_QUEUE_URLS", "JOB_DLQ_URLS", "DATABASE_URL", "MOTO_PORT"}
         and not k.startswith("AWS_")
     }
     return subprocess.run(
@@ -109,7 +109,7 @@ def test_webhook_dlq_and_redrive_story(stack):
         ).fetchone()
     # A stale dead letter of the finished job too.
     boto3.client("sqs").send_message(
-        QueueUrl=stack.queues.dlq_url,
+        QueueUrl=stack.queues["invoice_extraction"].dlq_url,
         MessageBody=event_body,
         MessageGroupId="g",
         MessageDeduplicationId="stale",

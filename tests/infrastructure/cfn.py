@@ -114,3 +114,32 @@ def routes_of_subnet(template: Template, subnet_id: str) -> list[dict[str, Any]]
         for route in resources(template, "AWS::EC2::Route").values()
         if route["Properties"]["RouteTableId"] == {"Ref": route_table}
     ]
+
+
+def type_queues(pipeline: Template, stage: str = "dev") -> dict[str, tuple[str, str]]:
+    """Job type -> (queue, dead-letter queue) logical ids, found by the names the stack gives them
+    (``tollgate-<stage>-<queue>.fifo`` and ``...-dlq.fifo``)."""
+    from tollgate.jobtypes.registry import JOB_TYPES
+
+    by_name = {
+        queue["Properties"].get("QueueName"): logical_id
+        for logical_id, queue in resources(pipeline, "AWS::SQS::Queue").items()
+    }
+    return {
+        name: (
+            by_name[f"tollgate-{stage}-{job_type.queue}.fifo"],
+            by_name[f"tollgate-{stage}-{job_type.queue}-dlq.fifo"],
+        )
+        for name, job_type in JOB_TYPES.items()
+    }
+
+
+def with_stand_ins(value: Any, stand_in: str = "resolved-at-deploy") -> str:
+    """A value as the process would read it, with every reference resolved at deploy replaced by
+    ``stand_in``: a JSON map joined from queue URLs stays valid JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "Fn::Join" in value:
+        separator, parts = value["Fn::Join"]
+        return str(separator).join(with_stand_ins(part, stand_in) for part in parts)
+    return stand_in

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 from app import cdk_json_context
 from stacks.config import FARGATE_MEMORY, REPO_ROOT, StageConfig, settings_environment
+from tollgate.jobtypes.registry import JOB_TYPES
 from tollgate.settings import (
     AdmissionSettings,
     ApiSettings,
@@ -21,6 +23,8 @@ from tollgate.settings import (
 )
 
 pytestmark = pytest.mark.infrastructure
+
+QUEUES = {name: "q" for name in JOB_TYPES}
 
 
 @pytest.mark.parametrize("stage", sorted(cdk_json_context()["stages"]))
@@ -128,13 +132,13 @@ def test_the_retry_section_is_the_whole_retry_policy() -> None:
 def test_structured_settings_render_as_json_the_models_read_back(monkeypatch: pytest.MonkeyPatch) -> None:
     prices = {"gpt-4.1-mini": [0.5, 2.0]}
     config = StageConfig.from_context(
-        {"stage": "dev", "stages": {"dev": {"worker": {"model_prices": prices}}}}
+        {"stage": "dev", "stages": {"dev": {"pricing": {"model_prices": prices}}}}
     )
-    rendered = settings_environment(config.worker)["MODEL_PRICES"]
+    rendered = settings_environment(config.pricing)["MODEL_PRICES"]
     monkeypatch.setenv("MODEL_PRICES", rendered)
 
     settings = WorkerSettings(
-        jobs_queue_url="q", documents_bucket="b", database_url="postgresql://x", openai_api_key="k"
+        job_queue_urls=QUEUES, documents_bucket="b", database_url="postgresql://x", openai_api_key="k"
     )
 
     assert settings.model_prices == {"gpt-4.1-mini": (0.5, 2.0)}
@@ -152,7 +156,7 @@ def test_a_stage_names_its_providers_structured_output_and_the_worker_reads_it_b
     )
 
     settings = WorkerSettings(
-        jobs_queue_url="q", documents_bucket="b", database_url="postgresql://x", openai_api_key="k"
+        job_queue_urls=QUEUES, documents_bucket="b", database_url="postgresql://x", openai_api_key="k"
     )
 
     assert settings.provider_structured_output == mode
@@ -253,3 +257,15 @@ def test_a_stage_sets_its_retention_and_the_scheduler_reads_it_back(monkeypatch:
 def test_archives_cannot_expire_before_they_move_to_infrequent_access() -> None:
     with pytest.raises(ValidationError, match="archive_expiration_days"):
         StageConfig(stage="dev", archive_infrequent_access_days=60, archive_expiration_days=45)
+
+
+def test_the_api_and_the_worker_get_the_same_prices_and_system_budget(
+    api_template: Any, worker_template: Any
+) -> None:
+    from tests.infrastructure.test_function_environments import _environment
+
+    config = StageConfig(stage="dev", pricing={"system_monthly_budget_usd": 5000})
+    rendered = settings_environment(config.pricing)
+    assert rendered["SYSTEM_MONTHLY_BUDGET_USD"] == "5000.0"
+    api, worker = _environment(api_template, "api"), _environment(worker_template, "worker")
+    assert api["MODEL_PRICES"] == worker["MODEL_PRICES"], "one price table for admission and the worker"

@@ -10,7 +10,7 @@ import pytest
 from pydantic_settings import BaseSettings
 
 from stacks.constructs.entrypoint_function import POWERTOOLS_VARIABLES
-from tests.infrastructure.cfn import function_by_handler, only
+from tests.infrastructure.cfn import function_by_handler, only, with_stand_ins
 from tollgate.settings import (
     ApiSettings,
     AuthorizerSettings,
@@ -36,8 +36,15 @@ pytestmark = pytest.mark.infrastructure
 #   the production values; no stage tunes them yet.
 # - WEBHOOKS_ALLOW_PRIVATE_TARGETS: local development only; deployed endpoints
 #   must be HTTPS and public, and the sender refuses private addresses.
+# SYSTEM_MONTHLY_BUDGET_USD is set only when the stage names a system budget (none by default).
 LEFT_TO_DEFAULT = {
-    "api": {"DATABASE_URL", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS", "WEBHOOKS_ALLOW_PRIVATE_TARGETS"},
+    "api": {
+        "DATABASE_URL",
+        "DATABASE_ROLE",
+        "DATABASE_WAIT_SECONDS",
+        "WEBHOOKS_ALLOW_PRIVATE_TARGETS",
+        "SYSTEM_MONTHLY_BUDGET_USD",
+    },
     "authorizer": {"DATABASE_URL", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS"},
     "migrate": {"DATABASE_URL", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS", "MIGRATIONS_DIR"},
     "outbox_relay": {"DATABASE_URL", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS"},
@@ -59,6 +66,7 @@ LEFT_TO_DEFAULT = {
         "LIMITER_AIMD_INCREASE",
         "LIMITER_AIMD_DECREASE",
         "LIMITER_UNAVAILABLE_ALLOWANCE_PER_MINUTE",
+        "SYSTEM_MONTHLY_BUDGET_USD",
     },
 }
 # Only these reach the worker as ECS secrets, never as plain environment variables.
@@ -131,7 +139,7 @@ def test_literal_values_pass_the_models_validation(
         monkeypatch.delenv(name.upper(), raising=False)
     for name, value in environment.items():
         if name not in POWERTOOLS_VARIABLES:
-            monkeypatch.setenv(name, value if isinstance(value, str) else "resolved-at-deploy")
+            monkeypatch.setenv(name, with_stand_ins(value))
 
     settings = model()
 

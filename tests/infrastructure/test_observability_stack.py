@@ -48,8 +48,9 @@ from stacks.constructs.service_metrics import (
     WORKER_SERVICE,
 )
 from stacks.observability_stack import RUNBOOK_SECTION, overview_markdown
-from tests.infrastructure.cfn import function_by_handler, local_id, only, references, resources
+from tests.infrastructure.cfn import function_by_handler, local_id, only, references, resources, type_queues
 from tollgate.delivery import attempts
+from tollgate.jobtypes.registry import JOB_TYPES
 
 pytestmark = pytest.mark.infrastructure
 
@@ -58,11 +59,15 @@ Template = dict[str, Any]
 ATTEMPT = "functions.webhook_attempt.handler.lambda_handler"
 API = "functions.api.handler.lambda_handler"
 AUTHORIZER = "functions.authorizer.handler.lambda_handler"
-ALARMS = {
+# Each job type's queue has its age alarm and its DLQ its depth alarm, named <alarm>-<queue>.
+PER_TYPE_ALARMS = {
+    f"{alarm}-{job_type.queue}"
+    for alarm in ("DeadLetters", "JobsQueueAge")
+    for job_type in JOB_TYPES.values()
+}
+ALARMS = PER_TYPE_ALARMS | {
     "ApiServerErrors",
-    "DeadLetters",
     "OutboxAge",
-    "JobsQueueAge",
     "EligibleJobAge",
     "CounterDrift",
     "WorkerErrors",
@@ -87,14 +92,6 @@ def _alarms(template: Template) -> dict[str, tuple[str, dict[str, Any]]]:
 
 def _alarm(template: Template, name: str) -> dict[str, Any]:
     return _alarms(template)[name][1]
-
-
-def _queues(pipeline: Template) -> tuple[str, str]:
-    """(jobs queue, dead-letter queue) logical ids, told apart by which one has a redrive policy."""
-    queues = resources(pipeline, "AWS::SQS::Queue")
-    (jobs,) = [qid for qid, q in queues.items() if "RedrivePolicy" in q["Properties"]]
-    (dead_letters,) = [qid for qid in queues if qid != jobs]
-    return jobs, dead_letters
 
 
 def _dimension(alarm: dict[str, Any], name: str) -> Any:
@@ -220,17 +217,19 @@ def test_no_email_is_subscribed_by_default(observability_template: Template, con
     assert resources(observability_template, "AWS::SNS::Subscription") == {}
 
 
-def test_dead_letters_alarm_on_the_first_message(
-    observability_template: Template, pipeline_template: Template
+@pytest.mark.parametrize("job_type", sorted(JOB_TYPES))
+def test_each_types_dead_letters_alarm_on_the_first_message(
+    observability_template: Template, pipeline_template: Template, job_type: str
 ) -> None:
-    _, dead_letters = _queues(pipeline_template)
-    alarm = _alarm(observability_template, "DeadLetters")
+    _, dead_letters = type_queues(pipeline_template)[job_type]
+    alarm = _alarm(observability_template, f"DeadLetters-{JOB_TYPES[job_type].queue}")
 
     assert (alarm["Namespace"], alarm["MetricName"]) == ("AWS/SQS", "ApproximateNumberOfMessagesVisible")
     assert local_id(_dimension(alarm, "QueueName"), pipeline_template) == dead_letters
     assert alarm["Statistic"] == "Maximum"
     assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
     assert alarm["Threshold"] == 0
+    assert f"--job-type {job_type}" in alarm["AlarmDescription"]
 
 
 def test_unpublished_outbox_age_alarms_and_so_does_a_silent_scheduler(
@@ -247,11 +246,12 @@ def test_unpublished_outbox_age_alarms_and_so_does_a_silent_scheduler(
     assert alarm["TreatMissingData"] == "breaching"
 
 
-def test_jobs_queue_age_alarms_when_ingress_stalls(
-    observability_template: Template, pipeline_template: Template, config: StageConfig
+@pytest.mark.parametrize("job_type", sorted(JOB_TYPES))
+def test_each_types_queue_age_alarms_when_ingress_stalls(
+    observability_template: Template, pipeline_template: Template, config: StageConfig, job_type: str
 ) -> None:
-    jobs, _ = _queues(pipeline_template)
-    alarm = _alarm(observability_template, "JobsQueueAge")
+    jobs, _ = type_queues(pipeline_template)[job_type]
+    alarm = _alarm(observability_template, f"JobsQueueAge-{JOB_TYPES[job_type].queue}")
 
     assert (alarm["Namespace"], alarm["MetricName"]) == ("AWS/SQS", "ApproximateAgeOfOldestMessage")
     assert local_id(_dimension(alarm, "QueueName"), pipeline_template) == jobs

@@ -1,5 +1,5 @@
-"""PipelineStack's template: an encrypted, TLS-only FIFO queue with a 14-day DLQ, and a bounded relay and
-scheduler on one-minute schedules. The alarms on them are ObservabilityStack's (test_observability_stack)."""
+"""PipelineStack's template: per job type an encrypted, TLS-only FIFO queue with a 14-day DLQ, and a
+bounded relay and scheduler on one-minute schedules. The alarms on them are ObservabilityStack's (test_observability_stack)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,17 @@ import pytest
 
 from stacks.config import StageConfig
 from stacks.constructs.documents_access import CANONICAL_DOCUMENTS
-from tests.infrastructure.cfn import as_list, function_by_handler, references, render, resources
+from tests.infrastructure.cfn import (
+    as_list,
+    function_by_handler,
+    local_id,
+    references,
+    render,
+    resources,
+    type_queues,
+)
 from tollgate.core.documents import document_key, tenant_prefix
+from tollgate.jobtypes.registry import JOB_TYPES
 from tollgate.scheduler.retention import ARCHIVE_PREFIX
 
 pytestmark = pytest.mark.infrastructure
@@ -25,22 +34,27 @@ SCHEDULER = "functions.scheduler.handler.lambda_handler"
 FOURTEEN_DAYS = 14 * 24 * 3600
 
 
-def _queues(template: Template) -> tuple[tuple[str, dict[str, Any]], tuple[str, dict[str, Any]]]:
-    """(jobs queue, dead-letter queue), told apart by which one has a redrive policy."""
-    queues = resources(template, "AWS::SQS::Queue")
-    (jobs,) = [(qid, q) for qid, q in queues.items() if "RedrivePolicy" in q["Properties"]]
-    (dead_letters,) = [(qid, q) for qid, q in queues.items() if qid != jobs[0]]
-    return jobs, dead_letters
+def _queues(template: Template) -> list[tuple[str, dict[str, Any]]]:
+    """Every queue of the stack: each job type's queue and dead-letter queue."""
+    return list(resources(template, "AWS::SQS::Queue").items())
 
 
-def test_jobs_queue_and_dlq_are_fifo_and_encrypted(pipeline_template: Template) -> None:
+def test_each_job_type_has_its_own_queue_and_dead_letter_queue(pipeline_template: Template) -> None:
+    pairs = type_queues(pipeline_template)
+
+    assert set(pairs) == set(JOB_TYPES)
+    assert len({queue_id for pair in pairs.values() for queue_id in pair}) == 2 * len(JOB_TYPES)
+    assert len(_queues(pipeline_template)) == 2 * len(JOB_TYPES), "no queue outside the types' pairs"
+
+
+def test_every_queue_is_fifo_and_encrypted(pipeline_template: Template) -> None:
     for _, queue in _queues(pipeline_template):
         properties = queue["Properties"]
         assert properties["FifoQueue"] is True
         assert properties.get("SqsManagedSseEnabled") is True or "KmsMasterKeyId" in properties
 
 
-def test_both_queues_refuse_requests_without_tls(pipeline_template: Template) -> None:
+def test_every_queue_refuses_requests_without_tls(pipeline_template: Template) -> None:
     for queue_id, _ in _queues(pipeline_template):
         (policy,) = [
             p["Properties"]
@@ -55,28 +69,33 @@ def test_both_queues_refuse_requests_without_tls(pipeline_template: Template) ->
         }.items() <= policy["PolicyDocument"]["Statement"][0].items()
 
 
-def test_jobs_queue_dead_letters_after_the_configured_receives(
-    pipeline_template: Template, config: StageConfig
+@pytest.mark.parametrize("job_type", sorted(JOB_TYPES))
+def test_a_types_queue_dead_letters_into_its_own_dlq_after_the_configured_receives(
+    pipeline_template: Template, config: StageConfig, job_type: str
 ) -> None:
-    (jobs_id, jobs), (dlq_id, dlq) = _queues(pipeline_template)
+    queue_id, dlq_id = type_queues(pipeline_template)[job_type]
+    queues = resources(pipeline_template, "AWS::SQS::Queue")
+    jobs, dlq = queues[queue_id], queues[dlq_id]
     redrive = jobs["Properties"]["RedrivePolicy"]
 
     assert redrive["deadLetterTargetArn"] == {"Fn::GetAtt": [dlq_id, "Arn"]}
     assert redrive["maxReceiveCount"] == config.jobs_queue_max_receive_count == 5
     assert dlq["Properties"]["MessageRetentionPeriod"] == FOURTEEN_DAYS
-    # The DLQ must outlive what it receives, or a dead letter could expire before support sees it.
-    assert jobs["Properties"].get("MessageRetentionPeriod", 345_600) <= FOURTEEN_DAYS
+    assert "RedrivePolicy" not in dlq["Properties"]
+    # The type's own retention, and the DLQ must outlive what it receives, or a dead letter could expire
+    # before support sees it.
+    retention = JOB_TYPES[job_type].message_retention_days * 24 * 3600
+    assert jobs["Properties"]["MessageRetentionPeriod"] == retention <= FOURTEEN_DAYS
     # Deduplication is by the event id the relay sends, not by body: a republished event is the same id.
     assert jobs["Properties"].get("ContentBasedDeduplication", False) is False
-    assert jobs_id != dlq_id
 
 
 def test_visibility_timeout_matches_the_stage_setting(
     pipeline_template: Template, config: StageConfig
 ) -> None:
-    (_, jobs), _ = _queues(pipeline_template)
-
-    assert jobs["Properties"]["VisibilityTimeout"] == config.jobs_queue_visibility_seconds
+    queues = resources(pipeline_template, "AWS::SQS::Queue")
+    for queue_id, _ in type_queues(pipeline_template).values():
+        assert queues[queue_id]["Properties"]["VisibilityTimeout"] == config.jobs_queue_visibility_seconds
 
 
 def _schedule_input(template: Template, function_id: str) -> dict[str, Any]:
@@ -148,27 +167,37 @@ def _role_actions(template: Template, handler: str) -> dict[str, list[Any]]:
     return granted
 
 
-def test_only_the_relay_may_send_to_the_jobs_queue(pipeline_template: Template) -> None:
-    (jobs_id, _), _ = _queues(pipeline_template)
+def test_only_the_relay_may_send_and_only_to_the_types_queues(pipeline_template: Template) -> None:
+    pairs = type_queues(pipeline_template)
     relay = _role_actions(pipeline_template, RELAY)
     scheduler = _role_actions(pipeline_template, SCHEDULER)
 
-    assert relay["sqs:SendMessage"] == [{"Fn::GetAtt": [jobs_id, "Arn"]}]
+    sent_to = relay["sqs:SendMessage"]
+    assert len(sent_to) == len(pairs)
+    assert {local_id(arn, pipeline_template) for arn in sent_to} == {queue for queue, _ in pairs.values()}
     assert not [action for action in relay if action.startswith("sqs:") and "Receive" in action]
     assert not [action for action in scheduler if action.startswith("sqs:")]
     for granted in (relay, scheduler):
         assert "secretsmanager:GetSecretValue" in granted
 
 
-def test_relay_sends_to_the_queue_named_in_its_environment(pipeline_template: Template) -> None:
-    (jobs_id, _), _ = _queues(pipeline_template)
+def test_relay_sends_to_the_queues_named_in_its_environment(pipeline_template: Template) -> None:
+    pairs = type_queues(pipeline_template)
     _, relay = function_by_handler(pipeline_template, RELAY)
 
-    assert relay["Properties"]["Environment"]["Variables"]["JOBS_QUEUE_URL"] == {"Ref": jobs_id}
+    urls = json.loads(render(relay["Properties"]["Environment"]["Variables"]["JOB_QUEUE_URLS"]))
+
+    assert urls == {name: "${" + queue + "}" for name, (queue, _) in pairs.items()}
 
 
 def test_outputs_name_the_queues_and_the_relay(pipeline_template: Template) -> None:
-    assert {"JobsQueueUrl", "DeadLetterQueueUrl", "RelayFunctionName"} <= set(pipeline_template["Outputs"])
+    pairs = type_queues(pipeline_template)
+    outputs = pipeline_template["Outputs"]
+
+    assert {"JobQueueUrls", "JobDlqUrls", "RelayFunctionName"} <= set(outputs)
+    assert json.loads(render(outputs["JobDlqUrls"]["Value"])) == {
+        name: "${" + dlq + "}" for name, (_, dlq) in pairs.items()
+    }
 
 
 def _object_grants(template: Template, handler: str) -> dict[str, list[str]]:
@@ -212,3 +241,11 @@ def test_the_scheduler_archives_to_the_stages_documents_bucket(
         "${AWS::AccountId}", "${AWS::Region}"
     )
     assert variables["RETENTION_DEFAULT_DAYS"] == str(config.retention.retention_default_days)
+
+
+@pytest.mark.parametrize("job_type", sorted(JOB_TYPES))
+def test_an_inbox_row_outlives_any_message_of_its_type(config: StageConfig, job_type: str) -> None:
+    """A redelivery must find its inbox row: a message lives its type's retention, then 14 days in the DLQ."""
+    lives = JOB_TYPES[job_type].message_retention_days + FOURTEEN_DAYS // (24 * 3600)
+
+    assert lives < config.retention.retention_inbox_days

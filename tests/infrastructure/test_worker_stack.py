@@ -23,9 +23,12 @@ from tests.infrastructure.cfn import (
     resources,
     routes_of_subnet,
     subnet_groups,
+    type_queues,
+    with_stand_ins,
 )
 from tests.infrastructure.synth import Synthesized
 from tests.layout import missing_imports, tree_bytes
+from tollgate.jobtypes.registry import JOB_TYPES
 
 pytestmark = pytest.mark.infrastructure
 
@@ -258,13 +261,16 @@ def _actions_of(template: Template, role_id: str) -> dict[str, list[Any]]:
     return granted
 
 
-def test_task_role_consumes_the_jobs_queue_and_reads_documents_only(worker_template: Template) -> None:
+def test_task_role_consumes_every_types_queue_and_reads_documents_only(
+    worker_template: Template, pipeline_template: Template
+) -> None:
     _, task = only(worker_template, "AWS::ECS::TaskDefinition")
     granted = _actions_of(worker_template, task["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0])
-    queue_arn = granted["sqs:ReceiveMessage"]
+    queues = {queue for queue, _ in type_queues(pipeline_template).values()}
 
-    assert {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"} <= granted.keys()
-    assert "Tollgate-dev-Pipeline" in json.dumps(queue_arn)
+    for action in ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"):
+        consumed = [local_id(arn, pipeline_template) for arn in granted[action]]
+        assert sorted(consumed) == sorted(queues), f"{action}: each type's queue, never a DLQ"
     assert "sqs:SendMessage" not in granted
     assert {"s3:GetObject*", "kms:Decrypt", "secretsmanager:GetSecretValue"} <= granted.keys()
     assert not [action for action in granted if action.startswith(("s3:Put", "s3:Delete", "kms:Encrypt"))]
@@ -281,12 +287,17 @@ def test_no_permission_on_every_resource_except_the_ecr_token(worker_template: T
             assert as_list(statement["Action"]) == ["ecr:GetAuthorizationToken"], policy_id
 
 
-def test_environment_points_at_the_pipeline_queue_and_the_proxy(worker_template: Template) -> None:
+def test_environment_points_at_every_types_queue_and_the_proxy(
+    worker_template: Template, pipeline_template: Template
+) -> None:
     environment = {
         variable["Name"]: variable["Value"] for variable in _container(worker_template)["Environment"]
     }
+    _, parts = environment["JOB_QUEUE_URLS"]["Fn::Join"]
+    named = {local_id(part, pipeline_template) for part in parts if not isinstance(part, str)}
 
-    assert "Tollgate-dev-Pipeline" in json.dumps(environment["JOBS_QUEUE_URL"])
+    assert named == {queue for queue, _ in type_queues(pipeline_template).values()}
+    assert set(json.loads(with_stand_ins(environment["JOB_QUEUE_URLS"]))) == set(JOB_TYPES)
     assert "DatabaseProxy" in json.dumps(environment["DATABASE_HOST"])
     assert int(environment["DATABASE_POOL_SIZE"]) > int(environment["EXECUTION_SLOTS"])
 

@@ -29,7 +29,7 @@ from tollgate.execution.attempt import claim_within_budget
 from tollgate.execution.limiter.base import Denied, LimiterUnavailable, Outcome, Permit, Reservation
 from tollgate.execution.limiter.dynamodb import DynamoDbLimiter
 from tollgate.execution.limiter.local import InProcessLimiter
-from tollgate.execution.llm.client import LlmResult
+from tollgate.execution.llm.client import LlmResult, Task
 from tollgate.execution.worker import WorkerConfig, run_worker
 from tollgate.ingress.consumer import IngressDeps
 from tollgate_dev.local.aws import create_jobs_queues, create_limiter_table, serialize_moto_dynamodb
@@ -79,9 +79,9 @@ class HeldCalls:
         self._started = asyncio.Condition()
         self._finish = asyncio.Event()
 
-    async def extract(self, pages: tuple[str, ...], model: str, timeout: float, max_tokens: int) -> LlmResult:
+    async def extract(self, task: Task, model: str, timeout: float, max_tokens: int) -> LlmResult:
         async with self._started:
-            self.texts.append(pages[0])
+            self.texts.append(task.pages[0])
             self._started.notify_all()
         await self._finish.wait()
         result = ok()
@@ -123,7 +123,7 @@ def test_a_light_tenants_job_gets_the_next_call_the_budget_admits(make_tenant, s
 
     async def scenario() -> tuple[list[str], list[int]]:
         stop = asyncio.Event()
-        worker = asyncio.create_task(run_worker(ingress_deps(system_db), deps, config, stop))
+        worker = asyncio.create_task(run_worker([ingress_deps(system_db)], deps, config, stop))
         running_while_waiting = []
         try:
             # The first call goes out at once; the other three slots wait for budget.
@@ -170,7 +170,7 @@ def test_an_unreachable_budget_claims_nothing_and_spends_no_attempt(tenant, syst
 
     async def scenario() -> None:
         stop = asyncio.Event()
-        worker = asyncio.create_task(run_worker(ingress_deps(system_db), deps, config, stop))
+        worker = asyncio.create_task(run_worker([ingress_deps(system_db)], deps, config, stop))
         assert await asyncio.to_thread(limiter.asked.wait, WAIT)
         stop.set()
         await asyncio.wait_for(worker, WAIT)

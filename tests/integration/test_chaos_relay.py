@@ -19,7 +19,7 @@ from tollgate.events import EXTRACTION_REQUESTED
 from tollgate.ingress.consumer import IngressDeps, ingest_once
 from tollgate.outbox.relay import RelayDeps, relay_outbox
 from tollgate.outbox.sqs import SqsFifoPublisher
-from tollgate_dev.local.aws import create_jobs_queues
+from tollgate_dev.local.aws import create_job_type_queues, queue_urls
 
 pytestmark = pytest.mark.integration
 
@@ -37,11 +37,12 @@ def test_a_relay_killed_after_publishing_sends_again_and_the_event_is_taken_in_o
     tenant, system_db, clean_db, local_aws
 ):
     tenant.client.submit(invoice_request(), "crash-relay")
-    queues = create_jobs_queues(f"relay-crash-{secrets.token_hex(4)}")
+    all_queues = create_job_type_queues(f"relay-crash-{secrets.token_hex(4)}")
+    queues = all_queues["invoice_extraction"]
     env = {
         **os.environ,
         "DATABASE_URL": clean_db,
-        "JOBS_QUEUE_URL": queues.url,
+        "JOB_QUEUE_URLS": json.dumps(queue_urls(all_queues)),
         "RELAY_SWEEP_SECONDS": "0.05",
         "CRASHPOINTS": json.dumps(["relay_after_publish"]),
     }

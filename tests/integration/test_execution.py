@@ -18,11 +18,11 @@ from tollgate.core.metrics import RecordedMetrics
 from tollgate.core.retry import RetryPolicy
 from tollgate.events import ExtractionFailed
 from tollgate.execution.attempt import AttemptEnd, ExecutionDeps, ModelRouter, run_attempt
-from tollgate.execution.extraction.schema import Invoice
 from tollgate.execution.leasing import claim_next_job
 from tollgate.execution.limiter.base import Denied, Reservation
 from tollgate.execution.limiter.local import InProcessLimiter
 from tollgate.execution.llm.client import LlmResult, OutcomeClass
+from tollgate.jobtypes.invoice_extraction.schema import Invoice
 from tollgate.scheduler.tick import SchedulerDeps, run_scheduler
 from tollgate.tenants.suppliers import add_supplier
 from tollgate_dev.local.runtime import LOCAL_BUCKET
@@ -93,8 +93,8 @@ class ScriptedLlm:
         self.called = asyncio.Event()
         self.hold: asyncio.Event | None = None
 
-    async def extract(self, pages, model, timeout, max_tokens):
-        self.calls.append((pages, model))
+    async def extract(self, task, model, timeout, max_tokens):
+        self.calls.append((task.pages, model))
         self.called.set()
         if self.hold is not None:
             await self.hold.wait()
@@ -107,7 +107,7 @@ def ok(invoice: Invoice | None = None) -> LlmResult:
     return LlmResult(
         OutcomeClass.OK,
         "",
-        invoice=invoice or extraction(),
+        output=invoice or extraction(),
         input_tokens=900,
         output_tokens=300,
         latency_ms=12,
@@ -160,7 +160,7 @@ def make_deps(system_db, llm, clock=None, sleep=None, **overrides) -> ExecutionD
         "new_id": new_id,
         "retry_policy": RetryPolicy(base_seconds=2, cap_seconds=60, attempt_timeout_seconds=30),
         "jitter": lambda low, high: high,
-        "router": ModelRouter("small-model", "large-model", 6000),
+        "router": ModelRouter("small-model", "large-model", escalate=False),
         "prices": {"small-model": (0.4, 1.6), "large-model": (2.0, 8.0)},
         "worker_id": "worker-a",
         "provider_pool": "test",
@@ -477,7 +477,7 @@ def test_on_stop_a_worker_drains_then_hands_back_what_it_cannot_finish(supplier_
         stop = asyncio.Event()
         worker = asyncio.create_task(
             run_worker(
-                ingress, deps, WorkerConfig(slots=1, tenant_cap=8, idle_seconds=0.05, drain_seconds=0), stop
+                [ingress], deps, WorkerConfig(slots=1, tenant_cap=8, idle_seconds=0.05, drain_seconds=0), stop
             )
         )
         # the job is claimed and its call is in flight

@@ -117,7 +117,7 @@ def test_a_stopping_worker_hands_back_a_job_that_waits_for_budget_without_waitin
 
     async def scenario() -> None:
         stop = asyncio.Event()
-        worker = asyncio.create_task(run_worker(ingress_deps(system_db), deps, config, stop))
+        worker = asyncio.create_task(run_worker([ingress_deps(system_db)], deps, config, stop))
         try:
             await asyncio.wait_for(ticks.until_waiting(1), WAIT)
             # When the worker is told to stop while the held job waits for budget

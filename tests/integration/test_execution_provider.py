@@ -29,9 +29,10 @@ from tollgate.execution.limiter import Denied, Reservation
 from tollgate.execution.limiter.local import InProcessLimiter
 from tollgate.execution.llm.client import OpenAIExtractor
 from tollgate.execution.llm.output import StructuredOutput
+from tollgate.jobtypes.registry import JOB_TYPES
 from tollgate.scheduler.tick import SchedulerDeps, run_scheduler
 from tollgate.tenants.suppliers import add_supplier
-from tollgate_dev.local.aws import create_jobs_queues
+from tollgate_dev.local.aws import create_job_type_queues, queue_urls
 from tollgate_dev.local.runtime import LOCAL_BUCKET
 from tollgate_dev.samples import INJECTION, SUPPLIERS, generate_invoices, request_body
 from tollgate_dev.simulator.server import Fault, SimulatedProvider, SimulatorConfig
@@ -204,11 +205,11 @@ def test_a_worker_killed_after_the_provider_answered_is_retried_and_ends_with_on
     known_tenant, system_db, simulator, clean_db, local_aws
 ):
     job_id, _ = submit_sample(known_tenant)
-    queues = create_jobs_queues(f"crash-{secrets.token_hex(4)}")
+    all_queues = create_job_type_queues(f"crash-{secrets.token_hex(4)}")
     env = {
         **os.environ,
         "DATABASE_URL": clean_db,
-        "JOBS_QUEUE_URL": queues.url,
+        "JOB_QUEUE_URLS": json.dumps(queue_urls(all_queues)),
         "DOCUMENTS_BUCKET": LOCAL_BUCKET,
         "OPENAI_BASE_URL": simulator.base_url,
         "OPENAI_API_KEY": "simulated",
@@ -256,7 +257,8 @@ def test_a_worker_killed_between_the_inbox_commit_and_the_sqs_delete_records_the
     from tollgate.outbox.relay import RelayDeps, relay_outbox
     from tollgate.outbox.sqs import SqsFifoPublisher
 
-    queues = create_jobs_queues(f"crash-delete-{secrets.token_hex(4)}")
+    all_queues = create_job_type_queues(f"crash-delete-{secrets.token_hex(4)}")
+    queues = all_queues["invoice_extraction"]
     sqs = boto3.client("sqs")
     # A message not deleted comes back as soon as the crashed worker's receive lapses: here, at once.
     sqs.set_queue_attributes(QueueUrl=queues.url, Attributes={"VisibilityTimeout": "0"})
@@ -266,7 +268,7 @@ def test_a_worker_killed_between_the_inbox_commit_and_the_sqs_delete_records_the
     env = {
         **os.environ,
         "DATABASE_URL": clean_db,
-        "JOBS_QUEUE_URL": queues.url,
+        "JOB_QUEUE_URLS": json.dumps(queue_urls(all_queues)),
         "DOCUMENTS_BUCKET": LOCAL_BUCKET,
         "OPENAI_BASE_URL": simulator.base_url,
         "OPENAI_API_KEY": "simulated",
@@ -422,7 +424,7 @@ def test_the_workers_build_passes_the_pools_setting_to_the_client(
     job_id, _ = submit_sample(known_tenant)
     settings = WorkerSettings(
         database_url="postgresql://unused",
-        jobs_queue_url="unused",
+        job_queue_urls={name: "unused" for name in JOB_TYPES},
         documents_bucket=LOCAL_BUCKET,
         openai_base_url=simulator.base_url,
         openai_api_key="simulated",

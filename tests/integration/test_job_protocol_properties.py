@@ -208,7 +208,7 @@ class JobProtocol(RuleBasedStateMachine):
             new_id=new_id,
             retry_policy=POLICY,
             jitter=self.jitter,
-            router=ModelRouter("small-model", "large-model", 6000),
+            router=ModelRouter("small-model", "large-model", escalate=False),
             prices={},
             worker_id="",
             provider_pool="test",

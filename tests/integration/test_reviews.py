@@ -30,7 +30,7 @@ from tollgate.delivery.deliveries import WebhookDispatcher
 from tollgate.delivery.sender import WebhookSender
 from tollgate.events import WEBHOOK_EVENT_TYPES
 from tollgate.execution.attempt import AttemptEnd, run_attempt
-from tollgate.execution.extraction.validation import POLICY_VERSION
+from tollgate.jobtypes.invoice_extraction.validation import POLICY_VERSION
 from tollgate.outbox.relay import RelayDeps, relay_outbox
 from tollgate.review.service import ReviewDeps, get_review, list_all_reviews
 from tollgate.scheduler.retention import RetentionPolicy, apply_retention

@@ -21,8 +21,8 @@ from openai import OpenAI
 from pydantic import ValidationError
 
 from tollgate.core.clock import FakeClock
-from tollgate.execution.extraction.prompt import build_messages
-from tollgate.execution.extraction.schema import Invoice, response_format
+from tollgate.jobtypes.invoice_extraction.prompt import build_messages
+from tollgate.jobtypes.invoice_extraction.schema import Invoice, response_format
 from tollgate_dev.samples import expected_invoice, generate_invoice
 from tollgate_dev.simulator.server import (
     Latency,

@@ -22,15 +22,28 @@ from tollgate.execution.llm.client import LlmResult, OutcomeClass
 from tollgate.ingress.consumer import IngressDeps, IngressOutcome, ingest_once
 from tollgate.outbox.relay import RelayDeps, relay_outbox
 from tollgate.outbox.sqs import SqsFifoPublisher
-from tollgate.support.service import Decision, SupportDeps, redrive_dead_letters, retry_job, start_bulk_move
-from tollgate_dev.local.aws import create_jobs_queues
+from tollgate.support.service import (
+    Decision,
+    SupportDeps,
+    TypeQueues,
+    redrive_dead_letters,
+    retry_job,
+    start_bulk_move,
+)
+from tollgate_dev.local.aws import create_job_type_queues
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def queues(local_aws):
-    return create_jobs_queues(f"support-{secrets.token_hex(4)}", max_receive_count=2)
+def all_queues(local_aws):
+    return create_job_type_queues(f"support-{secrets.token_hex(4)}", max_receive_count=2)
+
+
+@pytest.fixture
+def queues(all_queues):
+    """The invoice queue and DLQ: the API takes invoice jobs."""
+    return all_queues["invoice_extraction"]
 
 
 @pytest.fixture
@@ -39,12 +52,11 @@ def naps():
 
 
 @pytest.fixture
-def support(system_db, queues, naps):
+def support(system_db, all_queues, naps):
     return SupportDeps(
         db=system_db,
         sqs=boto3.client("sqs"),
-        queue_url=queues.url,
-        dlq_url=queues.dlq_url,
+        type_queues={name: TypeQueues(pair.url, pair.dlq_url) for name, pair in all_queues.items()},
         clock=SystemClock(),
         new_id=new_id,
         sleep=naps.append,
@@ -117,6 +129,9 @@ def test_a_dead_letter_of_an_exhausted_job_is_redriven_to_a_completed_job_with_a
     assert audit(clean_db) == [
         ("oncall@example.com", "provider outage 2026-11-29", "dlq_redrive", job_id, "reset_and_redrive")
     ]
+    with psycopg.connect(clean_db) as conn:
+        (details,) = conn.execute("SELECT details FROM support_audit").fetchone()
+    assert details["job_type"] == "invoice_extraction", "the audit row names the DLQ's job type"
     ingress = IngressDeps(system_db, boto3.client("sqs"), queues.url, SystemClock(), wait_seconds=0)
     assert ingest_once(ingress).outcomes[IngressOutcome.RECORDED] == 1
     deps = make_deps(system_db, ScriptedLlm(ok()))
@@ -196,6 +211,12 @@ def test_retry_gives_a_failed_job_a_new_budget_and_refuses_a_finished_one(
             (failed, EXTRACTION_REQUESTED),
         ).fetchone()[0]
     assert events == 2, "the retry signals the workers through the outbox"
+    with psycopg.connect(clean_db) as conn:
+        types = conn.execute(
+            "SELECT DISTINCT payload->>'job_type' FROM outbox_events WHERE aggregate_id = %s AND event_type = %s",
+            (failed, EXTRACTION_REQUESTED),
+        ).fetchall()
+    assert types == [("invoice_extraction",)], "the retry's event names the job's type, for its queue"
     assert audit_id > 0
     with pytest.raises(InvalidState, match="CANCELLED"):
         retry_job(support, UUID(cancelled), "should not work")

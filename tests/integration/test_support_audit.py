@@ -33,12 +33,13 @@ from tollgate.ingress.consumer import IngressDeps, IngressOutcome, ingest_once
 from tollgate.support.service import (
     Decision,
     SupportDeps,
+    TypeQueues,
     move_all_dead_letters,
     redrive_dead_letters,
     replay_delivery_audited,
     retry_job,
 )
-from tollgate_dev.local.aws import create_jobs_queues
+from tollgate_dev.local.aws import create_job_type_queues
 
 pytestmark = pytest.mark.integration
 
@@ -47,17 +48,21 @@ PLANTED = "planted failure"
 
 
 @pytest.fixture
-def queues(local_aws):
-    return create_jobs_queues(f"audit-{secrets.token_hex(4)}", max_receive_count=2)
+def all_queues(local_aws):
+    return create_job_type_queues(f"audit-{secrets.token_hex(4)}", max_receive_count=2)
 
 
 @pytest.fixture
-def support(system_db, queues):
+def queues(all_queues):
+    return all_queues["invoice_extraction"]
+
+
+@pytest.fixture
+def support(system_db, all_queues):
     return SupportDeps(
         db=system_db,
         sqs=boto3.client("sqs"),
-        queue_url=queues.url,
-        dlq_url=queues.dlq_url,
+        type_queues={name: TypeQueues(pair.url, pair.dlq_url) for name, pair in all_queues.items()},
         clock=SystemClock(),
         new_id=new_id,
         sleep=lambda seconds: None,
@@ -355,11 +360,12 @@ DLQ_ARN = "arn:aws:sqs:eu-west-1:123456789012:jobs-dlq.fifo"
 QUEUE_ARN = "arn:aws:sqs:eu-west-1:123456789012:jobs.fifo"
 
 
-def stubbed_queues(support) -> tuple[SupportDeps, Stubber]:
+def stubbed_queues(support, job_type="invoice_extraction") -> tuple[SupportDeps, Stubber]:
     """moto has no StartMessageMoveTask: the SQS side of the bulk move is stubbed, the audit trail is real."""
     client = boto3.client("sqs", region_name="eu-west-1")
     stub = Stubber(client)
-    for url, arn in ((support.dlq_url, DLQ_ARN), (support.queue_url, QUEUE_ARN)):
+    pair = support.type_queues[job_type]
+    for url, arn in ((pair.dlq_url, DLQ_ARN), (pair.url, QUEUE_ARN)):
         stub.add_response(
             "get_queue_attributes",
             {"Attributes": {"QueueArn": arn}},
@@ -373,9 +379,9 @@ def test_a_bulk_move_is_recorded_before_it_starts_and_then_its_outcome(support, 
     stub.add_response("start_message_move_task", {"TaskHandle": "handle-1"})
 
     with stub:
-        handle, audit_id = move_all_dead_letters(deps, REASON, 10)
+        [move] = move_all_dead_letters(deps, REASON, 10, job_type="invoice_extraction")
 
-    assert handle == "handle-1" and audit_id > 0
+    assert (move.job_type, move.task_handle) == ("invoice_extraction", "handle-1") and move.audit_id > 0
     assert [(row[2], row[3], row[4]) for row in audit(clean_db)] == [
         ("dlq_move_all", DLQ_ARN, "requested"),
         ("dlq_move_all", DLQ_ARN, "started"),
@@ -387,7 +393,7 @@ def test_a_bulk_move_that_sqs_refuses_is_recorded_as_failed(support, clean_db):
     stub.add_client_error("start_message_move_task", "AccessDenied", "not allowed")
 
     with stub, pytest.raises(Exception, match="not allowed"):
-        move_all_dead_letters(deps, REASON, 10)
+        move_all_dead_letters(deps, REASON, 10, job_type="invoice_extraction")
 
     assert [row[4] for row in audit(clean_db)] == ["requested", "failed"]
 
@@ -397,7 +403,44 @@ def test_a_bulk_move_whose_request_cannot_be_recorded_never_starts(support, clea
     fail_writes("support_audit")
 
     with stub, pytest.raises(psycopg.Error, match=PLANTED):
-        move_all_dead_letters(deps, REASON, 10)
+        move_all_dead_letters(deps, REASON, 10, job_type="invoice_extraction")
 
     stub.assert_no_pending_responses()
+    assert audit(clean_db) == []
+
+
+def test_a_bulk_move_without_a_job_type_moves_each_types_dlq_to_its_own_queue(support, clean_db):
+    client = boto3.client("sqs", region_name="eu-west-1")
+    stub = Stubber(client)
+    arns = {}
+    for name, pair in support.type_queues.items():
+        arns[name] = (
+            f"arn:aws:sqs:eu-west-1:123456789012:{name}-dlq.fifo",
+            f"arn:aws:sqs:eu-west-1:1:{name}",
+        )
+        for url, arn in zip((pair.dlq_url, pair.url), arns[name], strict=True):
+            stub.add_response(
+                "get_queue_attributes",
+                {"Attributes": {"QueueArn": arn}},
+                {"QueueUrl": url, "AttributeNames": ["QueueArn"]},
+            )
+        stub.add_response(
+            "start_message_move_task",
+            {"TaskHandle": f"handle-{name}"},
+            {"SourceArn": arns[name][0], "DestinationArn": arns[name][1], "MaxNumberOfMessagesPerSecond": 10},
+        )
+
+    with stub:
+        moves = move_all_dead_letters(dataclasses.replace(support, sqs=client), REASON, 10)
+
+    assert [(m.job_type, m.task_handle) for m in moves] == [(n, f"handle-{n}") for n in support.type_queues]
+    started = [(row[3], row[4]) for row in audit(clean_db) if row[4] == "started"]
+    assert started == [(dlq, "started") for dlq, _ in arns.values()], "one audited move per type's DLQ"
+
+
+def test_an_unknown_job_type_is_refused_before_anything_is_looked_at(support, clean_db):
+    with pytest.raises(InvalidRequest, match="no job type 'invoices'; the job types are"):
+        redrive_dead_letters(support, reason=REASON, job_type="invoices")
+    with pytest.raises(InvalidRequest, match="no job type 'invoices'"):
+        move_all_dead_letters(support, REASON, 10, job_type="invoices")
     assert audit(clean_db) == []

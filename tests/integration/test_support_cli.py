@@ -32,15 +32,15 @@ from tollgate.core.clock import new_id
 from tollgate.execution.attempt import AttemptEnd, run_attempt
 from tollgate.support.configuration import LOCAL_AWS_KEY, LOCAL_AWS_REGION, LOCAL_AWS_SECRET
 from tollgate.tenants.suppliers import add_supplier
-from tollgate_dev.local.aws import FAKE_AWS_ENV, create_jobs_queues
+from tollgate_dev.local.aws import FAKE_AWS_ENV, create_job_type_queues, dlq_urls, queue_urls
 
 pytestmark = pytest.mark.integration
 
 SETTINGS = (
     "DATABASE_URL",
     "DATABASE_SECRET_ARN",
-    "JOBS_QUEUE_URL",
-    "JOBS_DLQ_URL",
+    "JOB_QUEUE_URLS",
+    "JOB_DLQ_URLS",
     "WEBHOOK_STATE_MACHINE_ARN",
 )
 
@@ -58,13 +58,13 @@ def only_database(monkeypatch, stack, clean_db, tmp_path):
 @pytest.fixture
 def local_system(monkeypatch, stack, clean_db, local_aws, tmp_path):
     """What `tollgate local up` leaves for the CLI: its facts in local.json, nothing in the environment."""
-    queues = create_jobs_queues(f"cli-{secrets.token_hex(4)}", max_receive_count=2)
+    all_queues = create_job_type_queues(f"cli-{secrets.token_hex(4)}", max_receive_count=2)
     (tmp_path / "local.json").write_text(
         json.dumps(
             {
                 "aws_endpoint_url": local_aws.endpoint_url,
-                "jobs_queue_url": queues.url,
-                "jobs_dlq_url": queues.dlq_url,
+                "job_queue_urls": queue_urls(all_queues),
+                "job_dlq_urls": dlq_urls(all_queues),
                 "webhook_state_machine_arn": None,
                 "database_url": clean_db,
             }
@@ -74,7 +74,7 @@ def local_system(monkeypatch, stack, clean_db, local_aws, tmp_path):
     # The queues are made; from here on only local.json says where things are.
     for name in (*SETTINGS, *FAKE_AWS_ENV, "AWS_ENDPOINT_URL", "MOTO_PORT"):
         monkeypatch.delenv(name, raising=False)
-    return tmp_path, queues
+    return tmp_path, all_queues
 
 
 def cli(data_dir, *args, columns=80):
@@ -218,7 +218,7 @@ def test_dlq_commands_say_which_settings_they_miss(only_database):
     result = cli(only_database, "dlq", "list")
 
     assert result.exit_code == 2
-    assert "JOBS_QUEUE_URL is not set" in result.stderr and "tollgate local up" in result.stderr
+    assert "JOB_QUEUE_URLS is not set" in result.stderr and "tollgate local up" in result.stderr
 
 
 def test_a_replay_without_a_dispatcher_is_refused_and_writes_nothing(only_database, tenant, clean_db):
@@ -243,10 +243,10 @@ def test_a_replay_without_a_dispatcher_is_refused_and_writes_nothing(only_databa
 
 
 def test_against_the_local_system_the_cli_leaves_the_environment_as_it_was(local_system, tenant, system_db):
-    data_dir, queues = local_system
+    data_dir, all_queues = local_system
     job_id = tenant.client.submit(invoice_request(TEXT), "k").json["job_id"]
     # The test stack runs no relay: publish and fail the message into the DLQ with a client of our own.
-    _into_dlq(system_db, _local_sqs(data_dir), queues)
+    _into_dlq(system_db, _local_sqs(data_dir), all_queues["invoice_extraction"])
     os_environ_before = dict(os.environ)
 
     listed = cli(data_dir, "dlq", "list")
@@ -257,7 +257,12 @@ def test_against_the_local_system_the_cli_leaves_the_environment_as_it_was(local
     assert listed.exit_code == 0, listed.output
     assert job_id in listed.stdout
     [letter] = json.loads(as_json.stdout)
-    assert (letter["job_id"], letter["job_state"], letter["decision"]) == (job_id, "READY", "redrive")
+    assert (letter["job_type"], letter["job_id"], letter["job_state"], letter["decision"]) == (
+        "invoice_extraction",
+        job_id,
+        "READY",
+        "redrive",
+    )
     assert letter["message_id"] in listed.stdout, "the message id is whole too, at 80 columns"
     assert [j["job_id"] for j in json.loads(jobs.stdout)] == [job_id]
     shown = cli(data_dir, "dlq", "show", letter["message_id"], "-o", "json")
@@ -275,9 +280,9 @@ def test_the_local_credentials_are_the_ones_the_local_system_uses():
 def test_a_dry_run_redrive_from_the_cli_changes_nothing_and_reports_json(
     local_system, tenant, system_db, clean_db
 ):
-    data_dir, queues = local_system
+    data_dir, all_queues = local_system
     job_id = tenant.client.submit(invoice_request(TEXT), "k").json["job_id"]
-    _into_dlq(system_db, _local_sqs(data_dir), queues)
+    _into_dlq(system_db, _local_sqs(data_dir), all_queues["invoice_extraction"])
 
     planned = cli(data_dir, "dlq", "redrive", "--reason", "looking first", "--dry-run", "-o", "json")
 

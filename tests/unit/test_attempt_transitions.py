@@ -17,7 +17,7 @@ from tollgate.db import load_queries
 from tollgate.execution import attempt
 from tollgate.execution.attempt import ExecutionDeps, ModelRouter
 from tollgate.execution.leasing import ClaimedJob
-from tollgate.execution.llm.client import LlmResult, OutcomeClass
+from tollgate.execution.llm.client import LlmResult, OutcomeClass, Task
 
 
 class WriteNothingDatabase:
@@ -58,7 +58,7 @@ def test_finishing_a_running_job_into_ready_is_refused_before_anything_is_writte
         new_id=new_id,
         retry_policy=RetryPolicy(),
         jitter=lambda low, high: high,
-        router=ModelRouter("small-model", "large-model", 6000),
+        router=ModelRouter("small-model", "large-model", escalate=False),
         prices={},
         worker_id="worker-a",
         provider_pool="test",
@@ -66,8 +66,10 @@ def test_finishing_a_running_job_into_ready_is_refused_before_anything_is_writte
         heartbeat_seconds=20,
         max_output_tokens=1000,
     )
-    monkeypatch.setattr(attempt, "_decide", lambda *args: (JobState.READY, None, None))
+    monkeypatch.setattr(attempt, "_decide", lambda *args, **kwargs: (JobState.READY, None, None))
 
     # When the attempt finishes, then the move is refused and no transaction was opened.
     with pytest.raises(IllegalTransition, match="from RUNNING to READY"):
-        attempt._finish(deps, running_job(clock), (), LlmResult(OutcomeClass.TRANSIENT, "small-model"))
+        attempt._finish(
+            deps, running_job(clock), Task.invoice(()), LlmResult(OutcomeClass.TRANSIENT, "small-model")
+        )

@@ -16,7 +16,8 @@ def test_the_reference_lists_every_variable_with_its_users():
     assert (
         "| `DOCUMENTS_BUCKET` | required; support CLI: none | api, scheduler, worker, support CLI |" in table
     )
-    assert "| `JOBS_QUEUE_URL` | required | relay, worker, support CLI |" in table
+    assert "| `JOB_QUEUE_URLS` | required | relay, worker, support CLI |" in table
+    assert "| `JOB_DLQ_URLS` | required | support CLI |" in table
     assert "`DATABASE_ROLE` | `tollgate_app`; migrate: none; relay: `tollgate_system`" in table
 
 

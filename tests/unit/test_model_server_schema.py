@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tollgate.execution.extraction.schema import invoice_json_schema
+from tollgate.jobtypes.invoice_extraction.schema import invoice_json_schema
 from tollgate_dev.samples import KINDS, expected_invoice, generate_invoices
 
 SCHEMA_SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "model" / "server" / "schema.mjs"

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from tollgate.execution.extraction.schema import Invoice
-from tollgate.execution.extraction.validation import (
+from tollgate.jobtypes.invoice_extraction.schema import Invoice
+from tollgate.jobtypes.invoice_extraction.validation import (
     KnownSupplier,
     TenantPolicy,
     ValidationReport,

@@ -3,7 +3,7 @@ around it; results of the older schema (plain quotes, no page) still show."""
 
 from __future__ import annotations
 
-from tollgate.execution.extraction.evidence import CONTEXT_CHARS, Span
+from tollgate.jobtypes.invoice_extraction.evidence import CONTEXT_CHARS, Span
 from tollgate.review.evidence import evidence_claims, evidence_views, locate_evidence
 
 PAGES = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tollgate.execution.extraction.schema import Invoice
+from tollgate.jobtypes.invoice_extraction.schema import Invoice
 from tollgate.review.merge_patch import absent_as_null, merge_patch
 
 # RFC 7396, Appendix A: every example, target and patch to result.

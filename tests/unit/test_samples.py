@@ -8,8 +8,8 @@ from decimal import Decimal
 
 import pytest
 
-from tollgate.execution.extraction.evidence import evidence_fields, locate
-from tollgate.execution.extraction.schema import Evidence, Invoice
+from tollgate.jobtypes.invoice_extraction.evidence import evidence_fields, locate
+from tollgate.jobtypes.invoice_extraction.schema import Evidence, Invoice
 from tollgate_dev.samples import (
     CONSISTENT_KINDS,
     INCONSISTENT_TOTAL,

@@ -9,10 +9,10 @@ from decimal import Decimal
 
 import pytest
 
-from tollgate.execution.extraction.normalize import normalize_money, parse_date
-from tollgate.execution.extraction.prompt import build_messages, document_pages
-from tollgate.execution.extraction.schema import Invoice
-from tollgate.execution.extraction.validation import iban_is_valid
+from tollgate.jobtypes.invoice_extraction.normalize import normalize_money, parse_date
+from tollgate.jobtypes.invoice_extraction.prompt import build_messages, document_pages
+from tollgate.jobtypes.invoice_extraction.schema import Invoice
+from tollgate.jobtypes.invoice_extraction.validation import iban_is_valid
 from tollgate_dev.accuracy import FIELDS, AccuracyReport, compare_invoice
 from tollgate_dev.samples import (
     INJECTION,

@@ -8,21 +8,23 @@ import random
 
 import pytest
 
-from tollgate.execution.extraction.prompt import (
+from tollgate.execution.llm.client import (
+    OutcomeClass,
+    Task,
+    parse_invoice,
+    refuses_response_format,
+    request_options,
+)
+from tollgate.execution.llm.output import InvalidOutput, StructuredOutput, single_json_object
+from tollgate.jobtypes.invoice_extraction.prompt import (
     PROMPT_ONLY_VERSION,
     PROMPT_VERSION,
     SYSTEM,
     build_messages,
     document_pages,
 )
-from tollgate.execution.extraction.schema import Invoice, invoice_json_schema, response_format
-from tollgate.execution.llm.client import (
-    OutcomeClass,
-    parse_invoice,
-    refuses_response_format,
-    request_options,
-)
-from tollgate.execution.llm.output import InvalidOutput, StructuredOutput, single_json_object
+from tollgate.jobtypes.invoice_extraction.schema import Invoice, invoice_json_schema, response_format
+from tollgate.jobtypes.registry import JOB_TYPES
 from tollgate.settings import WorkerSettings
 from tollgate_dev.samples import expected_invoice, generate_invoice
 from tollgate_dev.simulator.extraction import extract
@@ -107,13 +109,13 @@ def test_the_leading_text_shown_in_the_error_is_cut_short():
 
 
 def test_json_schema_mode_sends_todays_request():
-    options = request_options(StructuredOutput.JSON_SCHEMA, SAMPLE.pages)
+    options = request_options(StructuredOutput.JSON_SCHEMA, Task.invoice(SAMPLE.pages))
 
     assert options == {"messages": build_messages(SAMPLE.pages), "response_format": response_format()}
 
 
 def test_json_object_mode_sends_the_same_strict_schema_beside_the_type():
-    options = request_options(StructuredOutput.JSON_OBJECT, SAMPLE.pages)
+    options = request_options(StructuredOutput.JSON_OBJECT, Task.invoice(SAMPLE.pages))
 
     assert options["messages"] == build_messages(SAMPLE.pages)
     assert options["response_format"] == {"type": "json_object", "schema": SCHEMA}
@@ -121,7 +123,7 @@ def test_json_object_mode_sends_the_same_strict_schema_beside_the_type():
 
 
 def test_prompt_mode_sends_no_response_format_and_puts_the_schema_and_the_answers_form_in_the_prompt():
-    options = request_options(StructuredOutput.PROMPT, SAMPLE.pages)
+    options = request_options(StructuredOutput.PROMPT, Task.invoice(SAMPLE.pages))
 
     assert set(options) == {"messages"}
     system, user = options["messages"]
@@ -167,7 +169,11 @@ def test_a_refused_format_is_retried_and_pauses_the_pool_like_a_refused_key():
 
 # -- the setting ------------------------------------------------------------------------------------------
 
-REQUIRED = {"jobs_queue_url": "q", "documents_bucket": "b", "database_url": "postgresql://x"}
+REQUIRED = {
+    "job_queue_urls": {name: "q" for name in JOB_TYPES},
+    "documents_bucket": "b",
+    "database_url": "postgresql://x",
+}
 
 
 def test_the_pool_setting_defaults_to_json_schema_and_takes_the_three_modes():
@@ -192,7 +198,7 @@ def test_the_schema_sent_to_the_model_asks_for_evidence_on_every_value_and_the_p
     import json as _json
     from typing import get_args
 
-    from tollgate.execution.extraction.schema import Invoice, invoice_json_schema
+    from tollgate.jobtypes.invoice_extraction.schema import Invoice, invoice_json_schema
 
     sent = _json.loads(invoice_json_schema())
     evidence_properties = [

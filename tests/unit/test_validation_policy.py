@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from tollgate.execution.extraction.evidence import context, locate, resolve_evidence
-from tollgate.execution.extraction.normalize import dates_in, number_readings
-from tollgate.execution.extraction.schema import Evidence, Invoice
-from tollgate.execution.extraction.validation import (
+from tollgate.jobtypes.invoice_extraction.evidence import context, locate, resolve_evidence
+from tollgate.jobtypes.invoice_extraction.normalize import dates_in, number_readings
+from tollgate.jobtypes.invoice_extraction.schema import Evidence, Invoice
+from tollgate.jobtypes.invoice_extraction.validation import (
     POLICY_VERSION,
     KnownSupplier,
     TenantPolicy,

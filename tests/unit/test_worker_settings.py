@@ -8,9 +8,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from tollgate.jobtypes.registry import JOB_TYPES
 from tollgate.settings import WorkerSettings
 
-REQUIRED = {"jobs_queue_url": "q", "documents_bucket": "b", "database_url": "postgresql://x"}
+QUEUES = {name: f"https://sqs.example/{name}.fifo" for name in JOB_TYPES}
+REQUIRED = {"job_queue_urls": QUEUES, "documents_bucket": "b", "database_url": "postgresql://x"}
 DEPLOYED = {"deployed_stage": "prod", "limiter_table": "budget", "openai_api_key": "sk-test", **REQUIRED}
 
 

@@ -2,20 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 from uuid import UUID
 
-from pydantic import BaseModel, Field, StringConstraints
+from pydantic import (
+    BaseModel,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
 
 from tollgate.core.documents import DocumentReference, InlineDocument
 from tollgate.core.job_states import JobState
 from tollgate.core.models import NO_NUL, Strict
 from tollgate.core.tiers import ServiceTier
+from tollgate.jobtypes.base import JobType
+from tollgate.jobtypes.invoice_extraction.options import InvoiceOptions
+from tollgate.jobtypes.registry import DEFAULT_JOB_TYPE, JOB_TYPES
 
-SCHEMA_VERSIONS = ("invoice.v1",)
+if TYPE_CHECKING:
+    JobOptions = BaseModel
+else:
+    # Each type's options model; the request's job_type says which one its options are read as.
+    JobOptions = Union[tuple(t.options for t in JOB_TYPES.values())]  # noqa: UP007
 
 
 class ModelPolicy(StrEnum):
@@ -24,11 +39,8 @@ class ModelPolicy(StrEnum):
     LARGE = "large"
 
 
-class ExtractionOptions(Strict):
-    """Options that change the result, so they are part of the request's identity."""
-
-    language_hint: Annotated[str, StringConstraints(pattern=r"^[a-z]{2}$")] | None = None
-    currency_hint: Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")] | None = None
+# The invoice type's options, by the name they had before there were other types.
+ExtractionOptions = InvoiceOptions
 
 
 def _key_rule_on_every_key(schema: dict[str, Any]) -> None:
@@ -40,11 +52,26 @@ def _key_rule_on_every_key(schema: dict[str, Any]) -> None:
 
 
 class CreateJobRequest(Strict):
-    job_type: Literal["invoice_extraction"] = "invoice_extraction"
+    job_type: str = Field(
+        default=DEFAULT_JOB_TYPE,
+        description="What to do with the document: "
+        + "; ".join(f"`{t.name}`, {t.summary}" for t in JOB_TYPES.values()),
+        json_schema_extra={"enum": list(JOB_TYPES)},
+    )
     document: InlineDocument | DocumentReference
-    schema_version: Literal["invoice.v1"] = "invoice.v1"
+    schema_version: str | None = Field(
+        default=None,
+        validate_default=True,
+        description="The result schema: "
+        + ", ".join(f"`{t.schema_version}` for {t.name}" for t in JOB_TYPES.values())
+        + " (the type's own when left out).",
+    )
     model_policy: ModelPolicy = ModelPolicy.AUTO
-    options: ExtractionOptions = ExtractionOptions()
+    options: JobOptions = Field(
+        default_factory=dict,
+        validate_default=True,
+        description="The job type's options (one schema per type); they are part of the request's identity.",
+    )
     # Strict: a value of another JSON type is refused, never coerced (false is no priority, "600" no number).
     priority: int = Field(
         default=5, ge=0, le=9, strict=True, description="0 runs last, 9 first; not part of identity."
@@ -69,6 +96,38 @@ class CreateJobRequest(Strict):
         json_schema_extra=_key_rule_on_every_key,
     )
 
+    @field_validator("job_type")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        if name not in JOB_TYPES:
+            raise ValueError(f"unknown job type; one of: {', '.join(JOB_TYPES)}")
+        return name
+
+    @field_validator("schema_version", mode="after")
+    @classmethod
+    def _the_types_schema(cls, version: str | None, info: ValidationInfo) -> str | None:
+        job_type = JOB_TYPES.get(info.data.get("job_type", ""))
+        if job_type is None:
+            return version  # the job_type error says what is wrong
+        if version is not None and version != job_type.schema_version:
+            raise ValueError(f"{job_type.name} results have schema version {job_type.schema_version!r}")
+        return job_type.schema_version
+
+    @field_validator("options", mode="wrap")
+    @classmethod
+    def _the_types_options(
+        cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> BaseModel:
+        job_type = JOB_TYPES.get(info.data.get("job_type", ""))
+        if job_type is None or not isinstance(value, dict):
+            return handler(value)  # type: ignore[no-any-return]
+        return job_type.options.model_validate(value)
+
+    @property
+    def kind(self) -> JobType:
+        """The registered bundle of this request's job type."""
+        return JOB_TYPES[self.job_type]
+
 
 class DocumentView(BaseModel):
     document_id: UUID
@@ -81,6 +140,25 @@ class JobLinks(BaseModel):
     self: str
     result: str
     cancel: str
+
+
+class JobUsage(BaseModel):
+    """What the job's attempts have recorded so far: tokens and cost, summed over every attempt closed,
+    including those whose answer was discarded (their cost is real)."""
+
+    input_tokens: int = Field(description="Prompt tokens over all the job's attempts.")
+    output_tokens: int = Field(description="Completion tokens over all the job's attempts.")
+    cost_usd: Decimal = Field(description="Cost in USD over all the job's attempts, at the worker's prices.")
+    attempts: int = Field(description="Attempts closed (with or without a provider call).")
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> JobUsage:
+        return cls(
+            input_tokens=row["input_tokens"],
+            output_tokens=row["output_tokens"],
+            cost_usd=row["cost_usd"],
+            attempts=row["attempts_recorded"],
+        )
 
 
 class JobView(BaseModel):
@@ -101,6 +179,7 @@ class JobView(BaseModel):
     updated_at: datetime
     finished_at: datetime | None
     last_error: dict[str, object] | None
+    usage: JobUsage
     links: JobLinks
 
 
@@ -132,6 +211,7 @@ class JobResultView(BaseModel):
     )
     review: ResultReview | None = Field(description="Null for the model's own result.")
     created_at: datetime
+    usage: JobUsage
 
 
 class AttemptView(BaseModel):

@@ -12,8 +12,10 @@ import binascii
 import hashlib
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -28,6 +30,7 @@ from tollgate.accept.models import (
     JobLinks,
     JobPage,
     JobResultView,
+    JobUsage,
     JobView,
     ResultReview,
 )
@@ -46,6 +49,7 @@ from tollgate.core.errors import (
     InvalidRequest,
     InvalidState,
     NotFound,
+    SpendBudgetExhausted,
     SystemOverloaded,
     TenantOverQuota,
     Unauthorized,
@@ -56,6 +60,7 @@ from tollgate.db import Database
 from tollgate.db.database import Conn
 from tollgate.events import ExtractionRequested, outbox_row
 from tollgate.outbox.nudge import NoNudge, Nudger
+from tollgate.usage.spend import MonthSpend, estimated_cost, month_of, seconds_until_next_month
 
 # Instructions, schema and delimiters around the OCR text, in tokens; the text itself is ~4 chars a token.
 PROMPT_OVERHEAD_TOKENS = 800
@@ -77,6 +82,10 @@ class AcceptanceLimits:
     tenant_max_pending_tokens: int
     system_max_backlog: int
     admission_retry_after_seconds: int
+    # USD per million input and output tokens per model, the worker's table; a job's spend estimate is its
+    # token estimate at the dearest of them.
+    model_prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    system_monthly_budget_usd: float | None = None
 
 
 @dataclass(frozen=True)
@@ -133,7 +142,9 @@ def accept_job(
             request.document, tenant_id, deps.documents, settings.max_document_bytes
         )
     fingerprint = request_hash(request, document)
-    estimated = estimate_tokens(document, settings.max_output_tokens)
+    # The type's own output cap, within the system's: a classification reserves far less than an invoice.
+    estimated = estimate_tokens(document, min(settings.max_output_tokens, request.kind.max_output_tokens))
+    cost_estimate = estimated_cost(settings.model_prices, estimated)
     q = deps.db.q
     by_key = {"tenant_id": tenant_id, "idempotency_key": idempotency_key}
     by_digest = {"tenant_id": tenant_id, "sha256": document.sha256}
@@ -159,17 +170,21 @@ def accept_job(
             conn.execute(q.lock_tenant_acceptance, {"tenant_id": tenant_id})
             earlier = conn.execute(q.find_job_by_idempotency_key, by_key)
             admission = conn.execute(q.tenant_admission, {"tenant_id": tenant_id})
+            # The month of the application's clock: the reservation is released from the row it goes to.
+            now = deps.clock.now()
+            month = month_of(now)
+            spend = conn.execute(q.tenant_month_spend, {"tenant_id": tenant_id, "month": month})
             stored = conn.execute(q.find_document_by_digest, by_digest)
             replay = _replay(earlier.fetchone(), fingerprint)  # also a concurrent twin that committed first
             if replay is not None:
                 return replay
             _admit(deps.limits, admission.fetchone(), document.size_bytes, estimated)
+            _admit_spend(deps.limits, spend.fetchone(), cost_estimate, now)
             document_id = _store_document(
                 conn, deps, tenant_id, document, stored=stored.fetchone(), upload=upload, in_row=in_row
             )
 
             job_id = deps.new_id()
-            now = deps.clock.now()
             created = conn.execute(
                 q.insert_job,
                 {
@@ -190,12 +205,16 @@ def accept_job(
                     "document_bytes": document.size_bytes,
                     "deadline_at": now + timedelta(seconds=deadline_seconds),
                     "trace_context": trace_context,
+                    "reserved_usd": cost_estimate,
+                    "spend_month": month,
                 },
             )
             conn.execute(
                 q.insert_outbox_event,
                 outbox_row(
-                    ExtractionRequested(job_id=job_id, tenant_id=tenant_id, state_version=1),
+                    ExtractionRequested(
+                        job_id=job_id, tenant_id=tenant_id, state_version=1, job_type=request.job_type
+                    ),
                     event_id=deps.new_id(),
                     trace_context=trace_context,
                 ),
@@ -255,6 +274,23 @@ def _admit(settings: AcceptanceLimits, state: dict[str, Any] | None, size_bytes:
         raise SystemOverloaded(
             "the system is at its backlog capacity; nothing was accepted",
             retry_after=settings.admission_retry_after_seconds,
+        )
+
+
+def _admit_spend(
+    settings: AcceptanceLimits, row: dict[str, Any] | None, estimate: Decimal, now: datetime
+) -> None:
+    """Refuses a job whose estimated cost, with the month's spent and reserved cost, would pass the tenant's
+    (or the system's) monthly budget. Read and reserved under the tenant's acceptance lock, so concurrent
+    accepts of one tenant never admit past its budget; the system budget is not under one lock, so accepts
+    of different tenants at the same moment may pass it by at most one estimate each."""
+    if row is None:
+        return  # the tenant is gone; _admit already refused
+    refusal = MonthSpend.of(row, settings.system_monthly_budget_usd).admission_refusal(estimate)
+    if refusal is not None:
+        raise SpendBudgetExhausted(
+            f"{refusal}; nothing was accepted. Budgets open again at the start of the next UTC month",
+            retry_after=seconds_until_next_month(now),
         )
 
 
@@ -326,6 +362,7 @@ def job_view(row: dict[str, Any]) -> JobView:
         updated_at=row["updated_at"],
         finished_at=row["finished_at"],
         last_error=row["last_error"],
+        usage=JobUsage.of(row),
         links=JobLinks(self=path, result=f"{path}/result", cancel=f"{path}/cancel"),
     )
 
@@ -384,7 +421,7 @@ def get_job_result(db: Database, tenant_id: UUID, job_id: UUID) -> JobResultView
         review = None
         if row["decision"] is not None:
             review = ResultReview.model_validate(row)
-        return JobResultView.model_validate({**row, "review": review})
+        return JobResultView.model_validate({**row, "review": review, "usage": JobUsage.of(row)})
     found = row if row is not None else job
     if found is None:
         raise NotFound(f"no extraction job {job_id}")

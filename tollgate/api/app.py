@@ -15,7 +15,7 @@ from tollgate.api.error_handlers import register_error_handlers
 from tollgate.api.json_body import load_request_json
 from tollgate.api.precheck import precheck
 from tollgate.api.problems import PROBLEM_CONTENT_TYPE
-from tollgate.api.routes import docs, jobs, reviews, webhooks
+from tollgate.api.routes import docs, jobs, reviews, usage, webhooks
 from tollgate.core.observability import log_context
 
 
@@ -29,6 +29,7 @@ def create_app(
     app.include_router(jobs.build_router(deps))
     app.include_router(webhooks.build_router(deps))
     app.include_router(reviews.build_router(deps))
+    app.include_router(usage.build_router(deps))
     app.include_router(docs.build_router(lambda: openapi_document(app)))
     register_error_handlers(app)
     return app

@@ -167,6 +167,89 @@ def tenants_set_retention(
     )
 
 
+@tenants_app.command("budget")
+def tenants_budget(
+    tenant: Annotated[str, typer.Argument(help="The tenant's name.")],
+    monthly_usd: Annotated[
+        str, typer.Option("--monthly-usd", help="USD per UTC month (e.g. 250.00), or 'none' to remove it.")
+    ],
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+) -> None:
+    """Set a tenant's monthly spend budget: admission refuses a job (429 spend-budget-exhausted) whose
+    estimated cost would pass it, workers start no call that would, and 80% and 100% are announced once each
+    per month (tenant.spend_threshold.v1)."""
+    from decimal import Decimal, InvalidOperation
+
+    from tollgate.core.errors import TollgateError
+    from tollgate.tenants.suppliers import find_tenant
+    from tollgate.usage.service import set_monthly_budget
+
+    budget: Decimal | None = None
+    if monthly_usd != "none":
+        try:
+            budget = Decimal(monthly_usd)
+        except InvalidOperation:
+            budget = Decimal(-1)
+        if not budget.is_finite() or budget < 0 or budget >= Decimal(10) ** 8:
+            console.print("[red]--monthly-usd is an amount in USD from 0 to 99999999, or 'none'[/red]")
+            raise typer.Exit(2)
+    db = _system_db(data_dir)
+    try:
+        set_monthly_budget(db, find_tenant(db, tenant), budget)
+    except TollgateError as error:
+        console.print(f"[red]{error.detail}[/red]")
+        raise typer.Exit(2) from None
+    finally:
+        db.close()
+    console.print(
+        f"{tenant} has a monthly budget of {budget} USD" if budget is not None else f"{tenant} has no budget"
+    )
+
+
+@app.command("usage")
+def usage(
+    tenant: Annotated[str | None, typer.Option(help="One tenant's name; every tenant when left out.")] = None,
+    from_day: Annotated[str | None, typer.Option("--from", help="First UTC day (YYYY-MM-DD).")] = None,
+    to_day: Annotated[
+        str | None, typer.Option("--to", help="Last UTC day, inclusive; default today.")
+    ] = None,
+    group_by: Annotated[
+        str, typer.Option("--group-by", help="Comma list of day, job_type, model.")
+    ] = "job_type",
+    as_json: Annotated[bool, typer.Option("--json", help="The report as JSON.")] = False,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+) -> None:
+    """Usage and cost per tenant (and type, day or model) from the aggregates, with cost per completed job."""
+    from tollgate.cli.usage import show_usage
+    from tollgate.core.clock import SystemClock
+    from tollgate.core.errors import TollgateError
+    from tollgate.tenants.suppliers import find_tenant
+    from tollgate.usage.service import get_usage, parse_usage_query, utc_today
+
+    db = _system_db(data_dir)
+    try:
+        query = parse_usage_query(from_day, to_day, group_by, today=utc_today(SystemClock().now()))
+        if tenant is None:
+            report = get_usage(db, None, query)
+        else:
+            # One tenant's report, in its own scope (as the API reads it), labelled with its name.
+            tenant_id = find_tenant(db, tenant)
+            report = get_usage(db, tenant_id, query)
+            report = report.model_copy(
+                update={
+                    "rows": [r.model_copy(update={"tenant": tenant}) for r in report.rows],
+                    "total": report.total.model_copy(update={"tenant": tenant}),
+                }
+            )
+    except TollgateError as error:
+        details = "; ".join(str(e.get("msg")) for e in error.extensions.get("errors", []))
+        console.print(f"[red]{error.detail}{': ' + details if details else ''}[/red]")
+        raise typer.Exit(2) from None
+    finally:
+        db.close()
+    show_usage(report, as_json=as_json)
+
+
 keys_app = typer.Typer(help="A tenant's API keys: create, list, revoke.", no_args_is_help=True)
 tenants_app.add_typer(keys_app, name="keys")
 

@@ -31,7 +31,10 @@ if TYPE_CHECKING:
     from tollgate.support.service import JobDetail, RedriveItem, SupportDeps
 
 jobs_app = typer.Typer(help="Inspect jobs; retry ones that failed.", no_args_is_help=True)
-dlq_app = typer.Typer(help="Inspect and redrive the jobs queue's dead letters.", no_args_is_help=True)
+dlq_app = typer.Typer(
+    help="Inspect and redrive dead letters: each job type's queue has a dead-letter queue of its own.",
+    no_args_is_help=True,
+)
 deliveries_app = typer.Typer(help="Inspect and replay webhook deliveries.", no_args_is_help=True)
 
 DEFAULT_DATA_DIR = Path(".tollgate")
@@ -55,6 +58,13 @@ Reason = Annotated[str, typer.Option(help="Why: written to the audit trail.", ca
 Actor = Annotated[
     str | None,
     typer.Option(envvar="TOLLGATE_ACTOR", help="Who acts, in the audit trail (default: your login name)."),
+]
+JobTypeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--job-type",
+        help="Only this job type's dead-letter queue (e.g. invoice_extraction); default: every type's.",
+    ),
 ]
 OutputOption = Annotated[
     Output, typer.Option("--output", "-o", case_sensitive=False, help="table for people, json for scripts.")
@@ -248,6 +258,7 @@ def jobs_retry(
 
 def _dead_letter(item: RedriveItem) -> dict[str, Any]:
     return {
+        "job_type": item.letter.job_type,
         "message_id": item.letter.message_id,
         "job_id": str(item.letter.job_id) if item.letter.job_id else None,
         "receive_count": item.letter.receive_count,
@@ -259,23 +270,25 @@ def _dead_letter(item: RedriveItem) -> dict[str, Any]:
 
 @dlq_app.command("list")
 def dlq_list(
+    job_type: JobTypeOption = None,
     limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
     output: OutputOption = Output.TABLE,
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
-    """Dead letters with their jobs' current state and what a redrive would do."""
+    """Dead letters, each with its job type, its job's current state and what a redrive would do."""
     from tollgate.support.service import list_dead_letters
 
     with _support(data_dir, queues=True) as deps:
-        items = list_dead_letters(deps, limit)
+        items = list_dead_letters(deps, limit, job_type)
     if output is Output.JSON:
         _json([_dead_letter(i) for i in items])
         return
     _table(
         f"{len(items)} dead letter(s)",
-        ["message id", "job id", "receives", "job state", "a redrive would", "because"],
+        ["job type", "message id", "job id", "receives", "job state", "a redrive would", "because"],
         [
             [
+                i.letter.job_type,
                 i.letter.message_id,
                 i.letter.job_id,
                 i.letter.receive_count,
@@ -290,26 +303,33 @@ def dlq_list(
 
 @dlq_app.command("show")
 def dlq_show(
-    message_id: str, output: OutputOption = Output.TABLE, data_dir: DataDir = DEFAULT_DATA_DIR
+    message_id: str,
+    job_type: JobTypeOption = None,
+    output: OutputOption = Output.TABLE,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
     """One dead letter's body and its job's reconciliation."""
     from tollgate.support.service import show_dead_letter
 
     with _support(data_dir, queues=True) as deps:
-        item = show_dead_letter(deps, message_id)
+        item = show_dead_letter(deps, message_id, job_type)
     letter = item.letter
     body: Any = json.loads(letter.body) if letter.event else {"unparseable_body": letter.body}
     if output is Output.JSON:
         _json({**_dead_letter(item), "body": body})
         return
     _stdout().print_json(data=body)
-    _line(f"message {letter.message_id}, received {letter.receive_count} time(s)")
+    _line(
+        f"message {letter.message_id} in the {letter.job_type} dead-letter queue, received "
+        f"{letter.receive_count} time(s)"
+    )
     _line(f"job {letter.job_id}: {item.job_state}; a redrive would {item.decision.value}: {item.why}")
 
 
 @dlq_app.command("redrive")
 def dlq_redrive(
     reason: Reason,
+    job_type: JobTypeOption = None,
     dry_run: Annotated[bool, typer.Option(help="Show what would happen; change nothing.")] = False,
     max_per_second: Annotated[float, typer.Option(min=0.1, max=100)] = 5.0,
     include_failed: Annotated[
@@ -320,7 +340,8 @@ def dlq_redrive(
     actor: Actor = None,
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
-    """Reconcile each dead letter with its job, then redrive, reset and redrive, discard, or leave it."""
+    """Reconcile each dead letter with its job, then redrive it to its job type's queue, reset and redrive,
+    discard, or leave it."""
     from tollgate.support.service import redrive_dead_letters
 
     with _support(data_dir, queues=True, actor=actor) as deps:
@@ -331,6 +352,7 @@ def dlq_redrive(
             max_per_second=max_per_second,
             include_failed=include_failed,
             limit=limit,
+            job_type=job_type,
         )
     if output is Output.JSON:
         _json(
@@ -342,9 +364,10 @@ def dlq_redrive(
         return
     _table(
         "Dry run: nothing changed" if dry_run else "Redrive",
-        ["message id", "job id", "job state", "decision", "done", "audit", "because"],
+        ["job type", "message id", "job id", "job state", "decision", "done", "audit", "because"],
         [
             [
+                i.letter.job_type,
                 i.letter.message_id,
                 i.letter.job_id,
                 i.job_state,
@@ -361,16 +384,19 @@ def dlq_redrive(
 @dlq_app.command("move-all")
 def dlq_move_all(
     reason: Reason,
+    job_type: JobTypeOption = None,
     max_per_second: Annotated[int, typer.Option(min=1, max=500)] = 10,
     actor: Actor = None,
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
-    """Move every dead letter back with SQS's own move task: no reconciliation; for upstream outages."""
+    """Move every dead letter back to its job type's queue with SQS's own move task: no reconciliation; for
+    upstream outages."""
     from tollgate.support.service import move_all_dead_letters
 
     with _support(data_dir, queues=True, actor=actor) as deps:
-        handle, audit_id = move_all_dead_letters(deps, reason, max_per_second)
-    _line(f"move task started: {handle} (audit #{audit_id})")
+        moves = move_all_dead_letters(deps, reason, max_per_second, job_type)
+    for move in moves:
+        _line(f"{move.job_type}: move task started: {move.task_handle} (audit #{move.audit_id})")
 
 
 @deliveries_app.command("list")

@@ -108,6 +108,12 @@ class TenantOverQuota(TollgateError):
     title = "Too much unfinished work for this tenant"
 
 
+class SpendBudgetExhausted(TollgateError):
+    problem_type = "spend-budget-exhausted"
+    status = 429
+    title = "The monthly spend budget would be passed"
+
+
 class SystemOverloaded(TollgateError):
     problem_type = "system-overloaded"
     status = 503

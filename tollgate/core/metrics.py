@@ -44,6 +44,11 @@ OLDEST_WAITING_REVIEW_AGE = "OldestWaitingReviewAge"
 REVIEW_TIME_TO_DECISION = "ReviewTimeToDecision"
 REVIEW_DECISIONS = {"approve": "ReviewsApproved", "correct": "ReviewsCorrected", "reject": "ReviewsRejected"}
 
+# Spend budgets (the worker): each spend threshold announced (80 or 100 percent of a tenant's monthly
+# budget), and each attempt that made no call because a budget would be passed.
+SPEND_THRESHOLDS_CROSSED = "SpendThresholdsCrossed"
+SPEND_BUDGET_STOPS = "SpendBudgetStops"
+
 
 class MetricsSink(Protocol):
     def gauge(self, name: str, value: float, unit: str = "Count") -> None: ...

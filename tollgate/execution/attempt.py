@@ -26,6 +26,7 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 from psycopg.types.json import Jsonb
+from pydantic import BaseModel
 
 from tollgate.core import checkpoints
 from tollgate.core.checkpoints import AFTER_PROVIDER_RESPONSE
@@ -38,6 +39,8 @@ from tollgate.core.metrics import (
     PROVIDER_CALLS,
     PROVIDER_THROTTLED,
     REVIEWS_REQUIRED,
+    SPEND_BUDGET_STOPS,
+    SPEND_THRESHOLDS_CROSSED,
     MetricsSink,
     RecordedMetrics,
 )
@@ -53,17 +56,14 @@ from tollgate.events import (
     JobOutcome,
     outbox_row,
 )
-from tollgate.execution.extraction.schema import Invoice
-from tollgate.execution.extraction.validation import (
-    KnownSupplier,
-    TenantPolicy,
-    ValidationReport,
-    validate_invoice,
-)
 from tollgate.execution.leasing import ClaimedJob, claim_next_job, extend_lease, peek_next_job, release_job
 from tollgate.execution.limiter.base import Limiter, LimiterUnavailable, Outcome, Permit, Reservation
-from tollgate.execution.llm.client import LlmClient, LlmResult, OutcomeClass
+from tollgate.execution.llm.client import LlmClient, LlmResult, OutcomeClass, Task
+from tollgate.jobtypes.base import Complexity, JobType, KnownSupplier, TenantPolicy, ValidationReport
+from tollgate.jobtypes.registry import job_type as registered_type
 from tollgate.outbox.nudge import NoNudge, Nudger
+from tollgate.usage.service import announce_spend_thresholds, month_spend
+from tollgate.usage.spend import estimated_cost, month_of, next_month_start
 
 logger = Logger(service="tollgate-worker", child=True)
 
@@ -75,18 +75,26 @@ PROVIDER_AUTH_COOLDOWN_SECONDS = 60.0
 
 @dataclass(frozen=True)
 class ModelRouter:
+    """Which model a job's attempt calls. ``auto`` routes by the document's complexity against the job
+    type's bounds (``Routing``); a job whose small-model result failed validation has been escalated and
+    calls the large model from then on. ``escalate`` says whether such a result is retried on the large
+    model (once) before the job goes to review."""
+
     small: str
     large: str
-    small_max_chars: int
+    escalate: bool = True
 
-    def choose(self, policy: str, pages: tuple[str, ...]) -> str:
-        """A smaller model for short single-page invoices, the larger one for everything else."""
+    def choose(self, policy: str, kind: JobType, complexity: Complexity, escalated: bool = False) -> str:
         if policy == "small":
             return self.small
-        if policy == "large":
+        if policy == "large" or escalated:
             return self.large
-        simple = len(pages) == 1 and sum(len(p) for p in pages) <= self.small_max_chars
-        return self.small if simple else self.large
+        return self.small if kind.routing.small_enough(complexity) else self.large
+
+    def escalates(self, policy: str, model: str | None, escalated: bool) -> bool:
+        """Whether a result of ``model`` that failed validation is retried on the large model first: only
+        an ``auto`` job's first small-model result, and only when escalation is on."""
+        return self.escalate and policy == "auto" and not escalated and model == self.small != self.large
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,8 @@ class ExecutionDeps:
     # Wakes the outbox relay after a terminal outcome, so the tenant's webhook goes out at once.
     nudger: Nudger = field(default_factory=NoNudge)
     metrics: MetricsSink = field(default_factory=RecordedMetrics)
+    # The system's spend budget per UTC month (tenants' own are in their rows); None is none.
+    system_monthly_budget_usd: float | None = None
 
 
 class AttemptEnd(StrEnum):
@@ -131,6 +141,10 @@ class AttemptReport:
 
 class LeaseLost(Exception):
     pass
+
+
+class StaleAttempt(Exception):
+    """The fenced write found the job moved on: what the transaction wrote for the attempt is undone."""
 
 
 class HandBack(Exception):
@@ -326,13 +340,21 @@ async def run_attempt(
             lost_for_good = isinstance(error, DocumentUnavailable)
             outcome = OutcomeClass.DOCUMENT_UNAVAILABLE if lost_for_good else OutcomeClass.TRANSIENT
             result = LlmResult(outcome, "", error=str(error))
-            return await asyncio.to_thread(_finish, deps, job, (), result)
-        model = deps.router.choose(job.model_policy, pages)
+            return await asyncio.to_thread(_finish, deps, job, _task(job, ()), result)
+        task = _task(job, pages)
+        complexity = Complexity.of(pages, task.job_type.language(task.options))
+        model = deps.router.choose(job.model_policy, task.job_type, complexity, job.model_escalated)
+        over_budget = await asyncio.to_thread(_spend_refusal, deps, job, model)
+        if over_budget is not None:
+            if permit is not None:
+                unused = None
+                await _cancel_quietly(deps, permit)  # no call goes out under it
+            return await asyncio.to_thread(_stop_for_budget, deps, job, model, over_budget)
         lost = asyncio.Event()
         heartbeat = asyncio.create_task(_heartbeat(deps, job, lost))
         try:
             unused = None  # from here the call owns the permit: it releases or cancels it
-            result = await _call_within_budget(deps, job, pages, model, lost, stop=stop, permit=permit)
+            result = await _call_within_budget(deps, job, task, model, lost, stop=stop, permit=permit)
         except LeaseLost:
             logger.warning("lease lost; attempt abandoned")
             await asyncio.to_thread(_record_discarded, deps, job, None)
@@ -349,7 +371,12 @@ async def run_attempt(
         if unused is not None:
             await _cancel_quietly(deps, unused)  # the attempt ended before its call (an error, or stop)
     checkpoints.reached(AFTER_PROVIDER_RESPONSE)
-    return await asyncio.to_thread(_finish, deps, job, pages, result)
+    return await asyncio.to_thread(_finish, deps, job, task, result, model)
+
+
+def _task(job: ClaimedJob, pages: tuple[str, ...]) -> Task:
+    kind = registered_type(job.job_type)
+    return Task(kind, pages, kind.parse_options(job.options))
 
 
 def job_log_keys(job: ClaimedJob) -> dict[str, Any]:
@@ -388,7 +415,7 @@ async def _heartbeat(deps: ExecutionDeps, job: ClaimedJob, lost: asyncio.Event) 
 async def _call_within_budget(
     deps: ExecutionDeps,
     job: ClaimedJob,
-    pages: tuple[str, ...],
+    task: Task,
     model: str,
     lost: asyncio.Event,
     *,
@@ -415,7 +442,8 @@ async def _call_within_budget(
 
     remaining = (job.deadline_at - deps.clock.now()).total_seconds()
     timeout = max(min(deps.retry_policy.attempt_timeout_seconds, remaining), 1.0)
-    call = asyncio.create_task(deps.llm.extract(pages, model, timeout, deps.max_output_tokens))
+    max_tokens = min(deps.max_output_tokens, task.job_type.max_output_tokens)
+    call = asyncio.create_task(deps.llm.extract(task, model, timeout, max_tokens))
     watch = asyncio.create_task(lost.wait())
     try:
         await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
@@ -479,11 +507,24 @@ def _tenant_policy(deps: ExecutionDeps, job: ClaimedJob) -> TenantPolicy:
 
 
 def _decide(
-    deps: ExecutionDeps, job: ClaimedJob, result: LlmResult, report: ValidationReport | None, now: datetime
+    deps: ExecutionDeps,
+    job: ClaimedJob,
+    result: LlmResult,
+    report: ValidationReport | None,
+    now: datetime,
+    *,
+    routed: str | None = None,
 ) -> tuple[JobState, datetime | None, dict[str, Any] | None]:
     """The job's next state, when it may run again, and the error to keep on it."""
     if result.outcome is OutcomeClass.OK and report is not None:
-        return (JobState.SUCCEEDED if report.passed else JobState.REVIEW_REQUIRED), None, None
+        if report.passed:
+            return JobState.SUCCEEDED, None, None
+        if deps.router.escalates(job.model_policy, routed, job.model_escalated):
+            start = _escalation_start(deps, job, now)
+            if start is not None:
+                reasons = [r.code for r in report.reasons]
+                return JobState.RETRY_SCHEDULED, start, {"outcome": "escalated", "reasons": reasons}
+        return JobState.REVIEW_REQUIRED, None, None
     error = {"outcome": result.outcome.value, "detail": result.error, "attempt": job.attempt}
     if result.outcome.retryable:
         start = next_attempt_at(
@@ -501,6 +542,15 @@ def _decide(
     else:
         error["reason"] = result.outcome.value
     return JobState.FAILED_TERMINAL, None, error
+
+
+def _escalation_start(deps: ExecutionDeps, job: ClaimedJob, now: datetime) -> datetime | None:
+    """At once, if an attempt is left and one whole attempt fits before the deadline; otherwise the small
+    model's result goes to review as it is (a late large-model answer helps no one)."""
+    if job.attempt >= job.max_attempts:
+        return None
+    left = (job.deadline_at - now).total_seconds()
+    return now if left >= deps.retry_policy.attempt_timeout_seconds else None
 
 
 def _attempt_params(
@@ -531,51 +581,158 @@ def _attempt_params(
 
 def _record_discarded(deps: ExecutionDeps, job: ClaimedJob, result: LlmResult | None) -> None:
     """The attempt's cost is real even when its answer is thrown away: keep the record, not the result."""
+    params = _attempt_params(deps, job, result, "discarded_stale")
     with deps.db.transaction() as conn:
-        conn.execute(deps.db.q.record_attempt, _attempt_params(deps, job, result, "discarded_stale"))
+        conn.execute(deps.db.q.record_attempt, params)
+        crossed = _announce_spend(conn, deps, job, params)
+    _count_crossed(deps, crossed)
 
 
-def _finish(deps: ExecutionDeps, job: ClaimedJob, pages: tuple[str, ...], result: LlmResult) -> AttemptReport:
-    report = None
-    if result.outcome is OutcomeClass.OK and result.invoice is not None:
-        report = validate_invoice(result.invoice, pages, _tenant_policy(deps, job))
+def _announce_spend(conn: Conn, deps: ExecutionDeps, job: ClaimedJob, params: dict[str, Any]) -> list[int]:
+    """After record_attempt, in its transaction: the cost is in the month's spend (a trigger added it), so a
+    threshold it crossed is announced here, once."""
+    if not params["cost_usd"]:
+        return []
+    return announce_spend_thresholds(
+        conn,
+        deps.db.q,
+        job.tenant_id,
+        month_of(params["now"]),
+        new_id=deps.new_id,
+        trace_context=job.trace_context,
+    )
+
+
+def _count_crossed(deps: ExecutionDeps, crossed: list[int]) -> None:
+    if crossed:
+        deps.metrics.count(SPEND_THRESHOLDS_CROSSED, len(crossed))
+        logger.warning("spend threshold crossed", extra={"thresholds": crossed})
+
+
+def _spend_refusal(deps: ExecutionDeps, job: ClaimedJob, model: str) -> str | None:
+    """Why no call may start: this attempt's estimate at the model's dearest price, with the month's spent
+    cost, would pass the tenant's or the system's budget. One read of counter rows by key."""
     now = deps.clock.now()
-    state, next_at, error = _decide(deps, job, result, report, now)
-    checked_transition(JobState.RUNNING, state)
-    reasons = [r.as_dict() for r in report.reasons] if report else []
-    params = _attempt_params(deps, job, result, result.outcome.value)
     with deps.db.transaction() as conn:
-        finished = conn.execute(
-            deps.db.q.finish_running_job,
-            {
-                "job_id": job.job_id,
-                "fence": job.fence,
-                "now": now,
-                "state": state.value,
-                "next_attempt_at": next_at,
-                "last_error": Jsonb(error) if error else None,
-                "finished_at": now if state.is_finished else None,
-            },
-        ).fetchone()
+        spend = month_spend(conn, deps.db.q, job.tenant_id, month_of(now), deps.system_monthly_budget_usd)
+    return spend.call_refusal(estimated_cost(deps.prices, job.estimated_tokens, model))
+
+
+def _stop_for_budget(deps: ExecutionDeps, job: ClaimedJob, model: str, why: str) -> AttemptReport:
+    """No call: the job waits for the next month when that is before its deadline, else it fails with reason
+    spend_budget_exhausted. The attempt is closed with no tokens and outcome spend_budget_exhausted."""
+    now = deps.clock.now()
+    opens = next_month_start(now)
+    error = {"outcome": SPEND_BUDGET_EXHAUSTED, "detail": why, "attempt": job.attempt}
+    waits = opens < job.deadline_at
+    if not waits:
+        error["reason"] = SPEND_BUDGET_EXHAUSTED
+    state = JobState.RETRY_SCHEDULED if waits else JobState.FAILED_TERMINAL
+    checked_transition(JobState.RUNNING, state)
+    params = _attempt_params(deps, job, None, SPEND_BUDGET_EXHAUSTED)
+    with deps.db.transaction() as conn:
+        if waits:
+            finished = conn.execute(
+                deps.db.q.defer_running_job_for_budget,
+                {
+                    "job_id": job.job_id,
+                    "fence": job.fence,
+                    "now": now,
+                    "next_attempt_at": opens,
+                    "last_error": Jsonb(error),
+                },
+            ).fetchone()
+        else:
+            finished = conn.execute(
+                deps.db.q.finish_running_job,
+                {
+                    "job_id": job.job_id,
+                    "fence": job.fence,
+                    "now": now,
+                    "state": state.value,
+                    "next_attempt_at": None,
+                    "last_error": Jsonb(error),
+                    "finished_at": now,
+                    "escalate": False,
+                },
+            ).fetchone()
+        conn.execute(deps.db.q.record_attempt, params)
         if finished is not None:
+            _insert_event(conn, deps, job, state=state, finished=finished, reasons=[], error=error)
+    deps.metrics.count(SPEND_BUDGET_STOPS)
+    if finished is None:
+        return AttemptReport(AttemptEnd.LOST, model=model)
+    logger.warning("no call: the spend budget would be passed", extra={"state": state.value, "detail": why})
+    if state in EVENT_FOR_STATE:
+        deps.nudger.nudge()
+    return AttemptReport(AttemptEnd(state.value), model=model)
+
+
+SPEND_BUDGET_EXHAUSTED = "spend_budget_exhausted"
+
+
+def _finish(
+    deps: ExecutionDeps, job: ClaimedJob, task: Task, result: LlmResult, routed: str | None = None
+) -> AttemptReport:
+    """``routed`` is the model the router chose (the provider may answer with a dated name of it)."""
+    report = None
+    if result.outcome is OutcomeClass.OK and result.output is not None:
+        policy = _tenant_policy(deps, job)
+        report = task.job_type.validate(result.output, task.pages, task.options, policy)
+    now = deps.clock.now()
+    state, next_at, error = _decide(deps, job, result, report, now, routed=routed)
+    checked_transition(JobState.RUNNING, state)
+    escalated = state is JobState.RETRY_SCHEDULED and report is not None
+    reasons = [r.as_dict() for r in report.reasons] if report and not escalated else []
+    outcome = "escalated" if escalated else result.outcome.value
+    params = _attempt_params(deps, job, result, outcome)
+    if escalated and report is not None:
+        # The attempt record keeps what the small model got wrong; the result itself is not stored.
+        params["error"] = Jsonb({"reasons": [r.as_dict() for r in report.reasons]})
+    crossed: list[int] = []
+    try:
+        with deps.db.transaction() as conn:
+            # The attempt first: its cost takes the month's spend rows before the job's update takes its
+            # queue rows, the order acceptance takes them in, so the two never wait on each other in a
+            # cycle. A stale attempt undoes it (StaleAttempt rolls the transaction back).
             conn.execute(deps.db.q.record_attempt, params)
-            if report is not None and result.invoice is not None:
+            finished = conn.execute(
+                deps.db.q.finish_running_job,
+                {
+                    "job_id": job.job_id,
+                    "fence": job.fence,
+                    "now": now,
+                    "state": state.value,
+                    "next_attempt_at": next_at,
+                    "last_error": Jsonb(error) if error else None,
+                    "finished_at": now if state.is_finished else None,
+                    "escalate": escalated,
+                },
+            ).fetchone()
+            if finished is None:
+                raise StaleAttempt
+            crossed = _announce_spend(conn, deps, job, params)
+            if report is not None and result.output is not None and not escalated:
                 _insert_result(
                     conn,
                     deps,
                     job,
-                    invoice=result.invoice,
+                    output=result.output,
                     policy_version=report.policy_version,
                     reasons=reasons,
                 )
             _insert_event(conn, deps, job, state=state, finished=finished, reasons=reasons, error=error)
+    except StaleAttempt:
+        finished = None
     if finished is None:
         logger.warning("stale attempt: the job moved on; its answer is discarded")
         _record_discarded(deps, job, result)
         return AttemptReport(AttemptEnd.LOST, result.outcome, result.model)
+    _count_crossed(deps, crossed)
     if state in EVENT_FOR_STATE:
         deps.nudger.nudge()
-    if report is not None:  # a result was judged: the review rate is those that went to review among them
+    if report is not None and not escalated:
+        # A result was judged for good: the review rate is those that went to review among them.
         deps.metrics.count(EXTRACTIONS_VALIDATED)
         deps.metrics.count(REVIEWS_REQUIRED, int(state is JobState.REVIEW_REQUIRED))
     logger.info("attempt finished", extra={"state": state.value, "outcome": result.outcome.value})
@@ -589,7 +746,7 @@ def _insert_result(
     deps: ExecutionDeps,
     job: ClaimedJob,
     *,
-    invoice: Invoice,
+    output: BaseModel,
     policy_version: str,
     reasons: list[dict[str, str]],
 ) -> None:
@@ -600,7 +757,7 @@ def _insert_result(
             "tenant_id": job.tenant_id,
             "attempt": job.attempt,
             "policy_version": policy_version,
-            "result": Jsonb(invoice.model_dump(mode="json")),
+            "result": Jsonb(output.model_dump(mode="json")),
             "review_reasons": Jsonb(reasons),
         },
     )

@@ -10,8 +10,9 @@ the lease only while the fence still matches; when it does not, the attempt has 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
@@ -37,6 +38,9 @@ class ClaimedJob:
     estimated_tokens: int
     trace_context: str | None
     state_version: int
+    job_type: str = "invoice_extraction"
+    options: dict[str, Any] = field(default_factory=dict)
+    model_escalated: bool = False  # the small model's result failed validation: this attempt is the large's
     service_tier: ServiceTier = DEFAULT_SERVICE_TIER
 
 

@@ -1,4 +1,7 @@
-"""The worker process: one ingress consumer and N execution slots in one asyncio loop.
+"""The worker process: an ingress consumer per job type's queue and N execution slots in one asyncio loop.
+
+Each queue's receive loop long-polls on a thread of its own, so a quiet queue never delays a busy one and
+no poll holds a thread the slots need.
 
 Ingress wakes idle slots when it records events; slots also look for work on their own every few seconds,
 so a lost signal only delays work. A slot takes the provider budget before it claims a job: while the budget
@@ -12,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import contextvars
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from aws_lambda_powertools import Logger
@@ -49,10 +54,15 @@ async def run_ingress(
     stop: asyncio.Event,
     wake: asyncio.Event,
     on_activity: Callable[[], None] = lambda: None,
+    *,
+    executor: Executor | None = None,
 ) -> None:
+    loop = asyncio.get_running_loop()
     while not stop.is_set():
         try:
-            report = await asyncio.to_thread(ingest_once, deps)
+            # The context goes along, as with asyncio.to_thread: log keys set around the worker stay on.
+            context = contextvars.copy_context()
+            report = await loop.run_in_executor(executor, context.run, ingest_once, deps)
         except Exception:
             # SQS or the database is unreachable: back off briefly and keep the process alive.
             logger.exception("ingress receive failed")
@@ -117,7 +127,7 @@ async def _flush_metrics(flush: Callable[[], None], interval: float, stop: async
 
 
 async def run_worker(
-    ingress: IngressDeps,
+    ingress: Sequence[IngressDeps],
     execution: ExecutionDeps,
     config: WorkerConfig,
     stop: asyncio.Event,
@@ -126,7 +136,12 @@ async def run_worker(
     flush_metrics: Callable[[], None] = lambda: None,
 ) -> None:
     wake = asyncio.Event()
-    ingress_task = asyncio.create_task(run_ingress(ingress, stop, wake, on_activity))
+    # One thread per queue: a 20-second long poll on the default executor would hold a thread the slots'
+    # database calls wait for.
+    pollers = ThreadPoolExecutor(max_workers=max(1, len(ingress)), thread_name_prefix="ingress")
+    ingress_tasks = [
+        asyncio.create_task(run_ingress(deps, stop, wake, on_activity, executor=pollers)) for deps in ingress
+    ]
     flusher = asyncio.create_task(_flush_metrics(flush_metrics, config.metrics_flush_seconds, stop))
     slots = [
         asyncio.create_task(_run_slot(execution, config, stop, wake, on_activity))
@@ -138,6 +153,7 @@ async def run_worker(
     for task in unfinished:
         task.cancel()
     await asyncio.gather(*unfinished, return_exceptions=True)
-    await asyncio.gather(ingress_task, return_exceptions=True)
+    await asyncio.gather(*ingress_tasks, return_exceptions=True)
+    pollers.shutdown(wait=False)
     await asyncio.gather(flusher, return_exceptions=True)
     flush_metrics()  # once more after the drain: a worker scaled in still reports what it counted

@@ -46,6 +46,8 @@ class IngressDeps:
     max_messages: int = 10
     # How long a message that failed stays invisible before its next receive (and, eventually, the DLQ).
     failure_visibility_seconds: int = 30
+    # The job type whose queue this is: it names the consumer in logs.
+    job_type: str | None = None
 
 
 @dataclass
@@ -63,7 +65,7 @@ class PoisonMessage(ValueError):
 def record_event(db: Database, clock: Clock, body: str, message_id: str) -> IngressOutcome:
     try:
         event = OutboxEvent.model_validate_json(body)
-        job_id = event.data().job_id
+        job_id = event.job_data().job_id
     except (ValidationError, UnknownEventType) as error:
         raise PoisonMessage(f"message {message_id} is not an extraction event: {error}") from None
     digest = hashlib.sha256(body.encode()).hexdigest()
@@ -119,7 +121,8 @@ def ingest_once(deps: IngressDeps) -> IngressReport:
     done: list[dict[str, str]] = []
     for message in messages:
         traceparent = message.get("MessageAttributes", {}).get("traceparent", {}).get("StringValue")
-        with log_context(message_id=message["MessageId"], **trace_keys(traceparent)):
+        queue_keys = {"job_type": deps.job_type} if deps.job_type else {}
+        with log_context(message_id=message["MessageId"], **queue_keys, **trace_keys(traceparent)):
             try:
                 outcome = record_event(deps.db, deps.clock, message["Body"], message["MessageId"])
             except Exception:

@@ -21,7 +21,7 @@ from tollgate.core import checkpoints
 from tollgate.core.checkpoints import RELAY_AFTER_PUBLISH
 from tollgate.core.clock import Clock
 from tollgate.db import Database
-from tollgate.events import EventPayload, parse_payload
+from tollgate.events import BaseEvent, EventPayload, UnknownEventType, parse_payload
 
 
 class OutboxEvent(BaseModel):
@@ -39,9 +39,16 @@ class OutboxEvent(BaseModel):
     def body(self) -> str:
         return self.model_dump_json()
 
-    def data(self) -> EventPayload:
+    def data(self) -> BaseEvent:
         """The payload, parsed by its event type's model; ValidationError or UnknownEventType otherwise."""
         return parse_payload(self.event_type, self.payload)
+
+    def job_data(self) -> EventPayload:
+        """The payload of an event about a job; UnknownEventType for an event about a tenant as a whole."""
+        data = self.data()
+        if not isinstance(data, EventPayload):
+            raise UnknownEventType(f"{self.event_type!r} is not an event about a job")
+        return data
 
     def body_sha256(self) -> str:
         return hashlib.sha256(self.body().encode()).hexdigest()

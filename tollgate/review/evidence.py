@@ -9,13 +9,15 @@ invoice, and its quotes are then looked for on each page in turn with the same m
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from tollgate.execution.extraction.evidence import (
+from tollgate.jobtypes.base import JobType
+from tollgate.jobtypes.invoice_extraction.evidence import (
     CONTEXT_CHARS,
     Span,
     context,
@@ -23,7 +25,7 @@ from tollgate.execution.extraction.evidence import (
     pages_containing,
     resolve_evidence,
 )
-from tollgate.execution.extraction.schema import Evidence, Invoice
+from tollgate.jobtypes.invoice_extraction.schema import Evidence, Invoice
 
 
 @dataclass(frozen=True)
@@ -126,10 +128,50 @@ def _locate_older(claim: EvidenceClaim, pages: Sequence[str]) -> Span | None:
         return None
 
 
-def evidence_views(result: Mapping[str, Any], pages: Sequence[str]) -> list[EvidenceView]:
-    spans = locate_evidence(result, pages)
+def _value_at(result: Mapping[str, Any], path: str) -> str | None:
+    """The value a field path (``key_facts[2]``, ``label``) names in a result; for an object, its first
+    text other than the evidence (a fact's wording)."""
+    value: Any = result
+    for name, index in re.findall(r"(\w+)(?:\[(\d+)\])?", path):
+        value = _object(value).get(name)
+        if index:
+            value = value[int(index)] if isinstance(value, list) and int(index) < len(value) else None
+    if isinstance(value, Mapping):
+        value = next((v for k, v in value.items() if k != "evidence" and isinstance(v, str)), None)
+    return _text(value)
+
+
+def _claims_of_type(
+    kind: JobType, result: Mapping[str, Any], pages: Sequence[str]
+) -> tuple[list[EvidenceClaim], dict[str, Span | None]]:
+    """A result of a type other than invoices: its evidence by the type's own field paths."""
+    try:
+        output = kind.output.model_validate(result)
+    except ValidationError:
+        return [], {}
+    claims, spans = [], {}
+    for name, evidence in kind.evidence_fields(output):
+        claims.append(
+            EvidenceClaim(
+                name,
+                _value_at(result, name),
+                evidence.quote if evidence else None,
+                evidence.page if evidence else None,
+            )
+        )
+        spans[name] = locate(evidence, pages) if evidence else None
+    return claims, spans
+
+
+def evidence_views(
+    result: Mapping[str, Any], pages: Sequence[str], kind: JobType | None = None
+) -> list[EvidenceView]:
+    if kind is not None and kind.output is not Invoice:
+        claims, spans = _claims_of_type(kind, result, pages)
+    else:
+        claims, spans = list(evidence_claims(result)), locate_evidence(result, pages)
     views = []
-    for claim in evidence_claims(result):
+    for claim in claims:
         span = spans.get(claim.field)
         views.append(
             EvidenceView(

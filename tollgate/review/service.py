@@ -16,7 +16,7 @@ from typing import Any
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from tollgate.accept.service import decode_cursor, encode_cursor
 from tollgate.core.clock import Clock, IdFactory
@@ -35,8 +35,10 @@ from tollgate.core.job_states import JobState, checked_transition
 from tollgate.db import Database
 from tollgate.db.database import Conn
 from tollgate.events import ExtractionCompleted, ExtractionRejected, JobOutcome, outbox_row
-from tollgate.execution.extraction.schema import Invoice
-from tollgate.execution.extraction.validation import KnownSupplier, TenantPolicy, validate_invoice
+from tollgate.jobtypes.base import JobType, KnownSupplier, TenantPolicy
+from tollgate.jobtypes.invoice_extraction.schema import Invoice
+from tollgate.jobtypes.registry import INVOICE_EXTRACTION
+from tollgate.jobtypes.registry import job_type as registered_type
 from tollgate.outbox.nudge import NoNudge, Nudger
 from tollgate.review.evidence import evidence_views
 from tollgate.review.merge_patch import absent_as_null, merge_patch
@@ -193,17 +195,18 @@ def decide_review(
         assert request.corrections is not None
         assert policy is not None
         assert document is not None
-        invoice = corrected_invoice(row["result"], request.corrections)
-        report = validate_invoice(invoice, _pages(deps, document), policy)
+        kind = registered_type(row["job_type"])
+        output = corrected_output(kind, row["result"], request.corrections)
+        report = kind.validate(output, _pages(deps, document), kind.parse_options(row["options"]), policy)
         if not report.passed:
             reasons = [reason.as_dict() for reason in report.reasons]
             codes = ", ".join(sorted({reason["code"] for reason in reasons}))
             raise CorrectionFailsValidation(
-                f"the corrected invoice still fails validation ({codes}); nothing was changed",
+                f"the corrected result still fails validation ({codes}); nothing was changed",
                 reasons=reasons,
                 policy_version=report.policy_version,
             )
-        result, policy_version = invoice.model_dump(mode="json"), report.policy_version
+        result, policy_version = output.model_dump(mode="json"), report.policy_version
     state = checked_transition(
         JobState.REVIEW_REQUIRED,
         JobState.REJECTED if request.decision is Decision.REJECT else JobState.SUCCEEDED,
@@ -255,11 +258,17 @@ def decide_review(
 
 
 def corrected_invoice(result: Mapping[str, Any], corrections: Mapping[str, Any]) -> Invoice:
-    """The model's result with the reviewer's merge patch applied, parsed by the invoice schema; a patch that
-    makes it something the schema refuses is a 422 naming where."""
-    patched = absent_as_null(Invoice, merge_patch(dict(result), dict(corrections)))
+    output = corrected_output(INVOICE_EXTRACTION, result, corrections)
+    assert isinstance(output, Invoice)
+    return output
+
+
+def corrected_output(kind: JobType, result: Mapping[str, Any], corrections: Mapping[str, Any]) -> BaseModel:
+    """The model's result with the reviewer's merge patch applied, parsed by the job type's schema; a patch
+    that makes it something the schema refuses is a 422 naming where."""
+    patched = absent_as_null(kind.output, merge_patch(dict(result), dict(corrections)))
     try:
-        return Invoice.model_validate(patched)
+        return kind.output.model_validate(patched)
     except ValidationError as error:
         errors = [
             {
@@ -271,9 +280,9 @@ def corrected_invoice(result: Mapping[str, Any], corrections: Mapping[str, Any])
         ]
         first = errors[0]
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        where = ".".join(first["loc"][2:]) or "invoice"
+        where = ".".join(first["loc"][2:]) or "result"
         raise ValidationFailed(
-            f"the corrected invoice does not fit the schema: {where}: {first['msg']}{more}", errors=errors
+            f"the corrected result does not fit the schema: {where}: {first['msg']}{more}", errors=errors
         ) from None
 
 
@@ -351,7 +360,7 @@ def _view(row: Mapping[str, Any], pages: tuple[str, ...]) -> ReviewView:
         policy_version=row["policy_version"],
         result=row["result"],
         reasons=[ReviewReason.model_validate(reason) for reason in row["review_reasons"]],
-        evidence=evidence_views(row["result"], pages),
+        evidence=evidence_views(row["result"], pages, registered_type(row["job_type"])),
         decision=decision,
         links=review_links(row["job_id"]),
     )

@@ -79,8 +79,8 @@ def load_support_settings(model: type[S], data_dir: Path) -> tuple[S, AwsEndpoin
     try:
         settings = model(
             database_url=facts.get("database_url"),
-            jobs_queue_url=facts.get("jobs_queue_url"),
-            jobs_dlq_url=facts.get("jobs_dlq_url"),
+            job_queue_urls=facts.get("job_queue_urls"),
+            job_dlq_urls=facts.get("job_dlq_urls"),
             webhook_state_machine_arn=facts.get("webhook_state_machine_arn"),
             documents_bucket=facts.get("documents_bucket"),
         )

@@ -12,7 +12,7 @@ delete, a Step Functions start) happens after that commit, in an order each use 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -58,9 +58,18 @@ class Decision(StrEnum):
 
 
 @dataclass(frozen=True)
+class TypeQueues:
+    """A job type's queue and the dead-letter queue SQS moves its failed messages to."""
+
+    url: str
+    dlq_url: str
+
+
+@dataclass(frozen=True)
 class SupportDeps:
-    """What support commands use. The database is always there; the queues (``dlq`` commands) and the
-    webhook dispatcher (replays) only when configured, so reading jobs needs nothing but the database."""
+    """What support commands use. The database is always there; the queues (``dlq`` commands, one pair per
+    job type) and the webhook dispatcher (replays) only when configured, so reading jobs needs nothing but
+    the database."""
 
     db: Database
     clock: Clock
@@ -68,19 +77,29 @@ class SupportDeps:
     sleep: Callable[[float], None]
     actor: str
     sqs: SQSClient | None = None
-    queue_url: str = ""
-    dlq_url: str = ""
+    type_queues: Mapping[str, TypeQueues] = field(default_factory=dict)
     replays: ReplayDeps | None = None
     extra_attempts: int = 3
     deadline_seconds: int = 3600
 
     def queues(self) -> SQSClient:
-        if self.sqs is None or not self.queue_url or not self.dlq_url:
+        if self.sqs is None or not self.type_queues:
             raise NotConfigured(
-                "this command uses the jobs queues: set JOBS_QUEUE_URL and JOBS_DLQ_URL, "
+                "this command uses the job types' queues: set JOB_QUEUE_URLS and JOB_DLQ_URLS, "
                 "or start `tollgate local up`"
             )
         return self.sqs
+
+    def selected(self, job_type: str | None) -> dict[str, TypeQueues]:
+        """The queue pairs a command looks at: one job type's, or (None) every type's."""
+        self.queues()
+        if job_type is None:
+            return dict(self.type_queues)
+        if job_type not in self.type_queues:
+            raise InvalidRequest(
+                f"no job type {job_type!r}; the job types are {', '.join(sorted(self.type_queues))}"
+            )
+        return {job_type: self.type_queues[job_type]}
 
 
 @dataclass
@@ -92,13 +111,15 @@ class DeadLetter:
     group_id: str | None
     event: OutboxEvent | None
     problem: str | None = None
+    # The job type whose DLQ holds the letter: a redrive sends it back to that type's queue.
+    job_type: str = ""
 
     @property
     def job_id(self) -> UUID | None:
         if self.event is None:
             return None
         try:
-            return self.event.data().job_id
+            return self.event.job_data().job_id
         except (ValidationError, UnknownEventType):
             return None
 
@@ -122,7 +143,7 @@ class RedriveReport:
         return sum(1 for item in self.items if item.decision is decision)
 
 
-def _letter(message: dict[str, Any]) -> DeadLetter:
+def _letter(message: dict[str, Any], job_type: str) -> DeadLetter:
     attributes = message.get("Attributes", {})
     letter = DeadLetter(
         message_id=message["MessageId"],
@@ -131,6 +152,7 @@ def _letter(message: dict[str, Any]) -> DeadLetter:
         receive_count=int(attributes.get("ApproximateReceiveCount", 0)),
         group_id=attributes.get("MessageGroupId"),
         event=None,
+        job_type=job_type,
     )
     try:
         letter.event = OutboxEvent.model_validate_json(message["Body"])
@@ -139,21 +161,25 @@ def _letter(message: dict[str, Any]) -> DeadLetter:
     return letter
 
 
-def receive_dead_letters(deps: SupportDeps, limit: int, hold_seconds: int = 30) -> list[DeadLetter]:
-    """Up to ``limit`` dead letters, hidden from other readers for ``hold_seconds`` while we look."""
+def receive_dead_letters(
+    deps: SupportDeps, limit: int, hold_seconds: int = 30, *, job_type: str | None = None
+) -> list[DeadLetter]:
+    """Up to ``limit`` dead letters of one job type's DLQ (or of each type's in turn), hidden from other
+    readers for ``hold_seconds`` while we look."""
     sqs = deps.queues()
     letters: list[DeadLetter] = []
-    while len(letters) < limit:
-        batch = sqs.receive_message(
-            QueueUrl=deps.dlq_url,
-            MaxNumberOfMessages=min(10, limit - len(letters)),
-            WaitTimeSeconds=0,
-            VisibilityTimeout=hold_seconds,
-            MessageSystemAttributeNames=["All"],
-        ).get("Messages", [])
-        if not batch:
-            break
-        letters.extend(_letter(dict(m)) for m in batch)
+    for name, pair in deps.selected(job_type).items():
+        while len(letters) < limit:
+            batch = sqs.receive_message(
+                QueueUrl=pair.dlq_url,
+                MaxNumberOfMessages=min(10, limit - len(letters)),
+                WaitTimeSeconds=0,
+                VisibilityTimeout=hold_seconds,
+                MessageSystemAttributeNames=["All"],
+            ).get("Messages", [])
+            if not batch:
+                break
+            letters.extend(_letter(dict(m), name) for m in batch)
     return letters
 
 
@@ -162,7 +188,9 @@ def release(deps: SupportDeps, letters: list[DeadLetter]) -> None:
     sqs = deps.queues()
     for letter in letters:
         sqs.change_message_visibility(
-            QueueUrl=deps.dlq_url, ReceiptHandle=letter.receipt_handle, VisibilityTimeout=0
+            QueueUrl=deps.type_queues[letter.job_type].dlq_url,
+            ReceiptHandle=letter.receipt_handle,
+            VisibilityTimeout=0,
         )
 
 
@@ -200,18 +228,19 @@ def decide(deps: SupportDeps, letter: DeadLetter, include_failed: bool) -> Redri
     return _judge(letter, job, include_failed, deps.extra_attempts)
 
 
-def list_dead_letters(deps: SupportDeps, limit: int) -> list[RedriveItem]:
-    """Dead letters with their jobs' current state and what a redrive would do; changes nothing."""
-    letters = receive_dead_letters(deps, limit)
+def list_dead_letters(deps: SupportDeps, limit: int, job_type: str | None = None) -> list[RedriveItem]:
+    """Dead letters (of one job type, or of every type) with their jobs' current state and what a redrive
+    would do; changes nothing."""
+    letters = receive_dead_letters(deps, limit, job_type=job_type)
     try:
         return [decide(deps, letter, include_failed=False) for letter in letters]
     finally:
         release(deps, letters)
 
 
-def show_dead_letter(deps: SupportDeps, message_id: str) -> RedriveItem:
+def show_dead_letter(deps: SupportDeps, message_id: str, job_type: str | None = None) -> RedriveItem:
     """One dead letter and its job's reconciliation; changes nothing."""
-    letters = receive_dead_letters(deps, 500)
+    letters = receive_dead_letters(deps, 500, job_type=job_type)
     try:
         for letter in letters:
             if letter.message_id == message_id:
@@ -253,7 +282,7 @@ def _audit(
 def _resend(deps: SupportDeps, letter: DeadLetter, audit_id: int) -> None:
     assert letter.event is not None
     deps.queues().send_message(
-        QueueUrl=deps.queue_url,
+        QueueUrl=deps.type_queues[letter.job_type].url,
         MessageBody=letter.body,
         MessageGroupId=letter.group_id or str(letter.event.tenant_id),
         # A new deduplication id: the original's may still be remembered by SQS for five minutes.
@@ -269,8 +298,10 @@ def redrive_dead_letters(
     max_per_second: float = 5.0,
     include_failed: bool = False,
     limit: int = 100,
+    job_type: str | None = None,
 ) -> RedriveReport:
-    """Reconciles each dead letter with its job, then redrives, resets and redrives, discards or leaves it.
+    """Reconciles each dead letter (of one job type's DLQ, or of every type's) with its job, then redrives
+    it to its type's queue, resets and redrives, discards or leaves it.
 
     Each letter's decision is made again under a lock on its job when it is acted on: the look that plans it
     can be seconds old by then (pacing), and a job that started running or finished meanwhile must not be
@@ -278,7 +309,7 @@ def redrive_dead_letters(
     _require_audit(deps, reason)
     if max_per_second <= 0:
         raise InvalidRequest("--max-per-second must be positive")
-    letters = receive_dead_letters(deps, limit)
+    letters = receive_dead_letters(deps, limit, job_type=job_type)
     report = RedriveReport(dry_run=dry_run)
     acted = False
     try:
@@ -305,9 +336,9 @@ def _redrive(deps: SupportDeps, letter: DeadLetter, include_failed: bool, reason
     Order, and why each crash point is harmless:
     1. The transaction (job locked, decided again, reset when needed, audit row) commits first. A failure
        inside it rolls back both the reset and the audit row, and the letter stays in the DLQ.
-    2. Then the resend to the jobs queue. If it fails or we crash before it, the job is already READY with
-       its audit row: workers claim it from the database without any message, and the letter (not deleted)
-       shows up again, where the next redrive finds the job READY and signals it once more.
+    2. Then the resend to the job type's queue. If it fails or we crash before it, the job is already READY
+       with its audit row: workers claim it from the database without any message, and the letter (not
+       deleted) shows up again, where the next redrive finds the job READY and signals it once more.
     3. Then the letter is deleted from the DLQ. A crash before that leaves it there; the next redrive
        decides again from the job's state (running or finished by then: left or discarded), and a second
        copy of the message for the same event is absorbed by the worker's inbox (unique event id).
@@ -324,7 +355,12 @@ def _redrive(deps: SupportDeps, letter: DeadLetter, include_failed: bool, reason
             reset = conn.execute(q.reset_failed_job, _reset_params(deps, letter.job_id)).fetchone()
             if reset is None:  # cannot happen under the lock; never audit a reset that did not happen
                 raise InvalidState(f"job {letter.job_id} did not reset")
-        details = {"message_id": letter.message_id, "event_id": str(letter.event.event_id), "why": item.why}
+        details = {
+            "job_type": letter.job_type,
+            "message_id": letter.message_id,
+            "event_id": str(letter.event.event_id),
+            "why": item.why,
+        }
         item.audit_id = _audit(
             conn,
             deps,
@@ -336,7 +372,9 @@ def _redrive(deps: SupportDeps, letter: DeadLetter, include_failed: bool, reason
         )
     if item.decision is not Decision.DISCARD:
         _resend(deps, letter, item.audit_id)
-    deps.queues().delete_message(QueueUrl=deps.dlq_url, ReceiptHandle=letter.receipt_handle)
+    deps.queues().delete_message(
+        QueueUrl=deps.type_queues[letter.job_type].dlq_url, ReceiptHandle=letter.receipt_handle
+    )
     item.done = True
     return item
 
@@ -365,7 +403,10 @@ def retry_job(deps: SupportDeps, job_id: UUID, reason: str) -> int:
         if reset is None:
             raise InvalidState(f"the job is {job['state']}; only FAILED_TERMINAL jobs can be retried")
         requested = ExtractionRequested(
-            job_id=job_id, tenant_id=reset["tenant_id"], state_version=reset["state_version"]
+            job_id=job_id,
+            tenant_id=reset["tenant_id"],
+            state_version=reset["state_version"],
+            job_type=reset["job_type"],
         )
         conn.execute(q.insert_outbox_event, outbox_row(requested, event_id=deps.new_id(), trace_context=None))
         details = {
@@ -386,9 +427,20 @@ def start_bulk_move(sqs: SQSClient, dlq_arn: str, queue_arn: str, max_per_second
     return response["TaskHandle"]
 
 
-def move_all_dead_letters(deps: SupportDeps, reason: str, max_per_second: int) -> tuple[str, int]:
-    """Starts the bulk move of every dead letter back to the jobs queue, audited; returns the task handle
-    and the id of the audit row that requested it.
+@dataclass(frozen=True)
+class BulkMove:
+    """One job type's bulk move: the task SQS started, and the audit row that requested it."""
+
+    job_type: str
+    task_handle: str
+    audit_id: int
+
+
+def move_all_dead_letters(
+    deps: SupportDeps, reason: str, max_per_second: int, job_type: str | None = None
+) -> list[BulkMove]:
+    """Starts the bulk move of every dead letter back to its job type's queue (one type's, or each type's in
+    turn), audited per type.
 
     The action is SQS's alone, so no transaction can hold it and its audit row together. The request is
     committed first (outcome ``requested``), then the task started, then its outcome recorded (``started``
@@ -396,18 +448,41 @@ def move_all_dead_letters(deps: SupportDeps, reason: str, max_per_second: int) -
     move nobody recorded. The audit table only takes inserts, so the outcome is a row of its own."""
     _require_audit(deps, reason)
     sqs = deps.queues()
-    dlq_arn, queue_arn = (
-        sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        for url in (deps.dlq_url, deps.queue_url)
-    )
-    request = {"destination": queue_arn, "max_per_second": max_per_second}
-    with deps.db.transaction() as conn:
-        requested = _audit(
-            conn, deps, reason, action="dlq_move_all", target=dlq_arn, outcome="requested", details=request
+    moves = []
+    for name, pair in deps.selected(job_type).items():
+        dlq_arn, queue_arn = (
+            sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+            for url in (pair.dlq_url, pair.url)
         )
-    try:
-        handle = start_bulk_move(sqs, dlq_arn, queue_arn, max_per_second)
-    except Exception as error:
+        request = {"job_type": name, "destination": queue_arn, "max_per_second": max_per_second}
+        with deps.db.transaction() as conn:
+            requested = _audit(
+                conn,
+                deps,
+                reason,
+                action="dlq_move_all",
+                target=dlq_arn,
+                outcome="requested",
+                details=request,
+            )
+        try:
+            handle = start_bulk_move(sqs, dlq_arn, queue_arn, max_per_second)
+        except Exception as error:
+            with deps.db.transaction() as conn:
+                _audit(
+                    conn,
+                    deps,
+                    reason,
+                    action="dlq_move_all",
+                    target=dlq_arn,
+                    outcome="failed",
+                    details={
+                        "job_type": name,
+                        "requested": requested,
+                        "error": f"{type(error).__name__}: {error}"[:1000],
+                    },
+                )
+            raise
         with deps.db.transaction() as conn:
             _audit(
                 conn,
@@ -415,21 +490,11 @@ def move_all_dead_letters(deps: SupportDeps, reason: str, max_per_second: int) -
                 reason,
                 action="dlq_move_all",
                 target=dlq_arn,
-                outcome="failed",
-                details={"requested": requested, "error": f"{type(error).__name__}: {error}"[:1000]},
+                outcome="started",
+                details={"job_type": name, "requested": requested, "task_handle": handle},
             )
-        raise
-    with deps.db.transaction() as conn:
-        _audit(
-            conn,
-            deps,
-            reason,
-            action="dlq_move_all",
-            target=dlq_arn,
-            outcome="started",
-            details={"requested": requested, "task_handle": handle},
-        )
-    return handle, requested
+        moves.append(BulkMove(name, handle, requested))
+    return moves
 
 
 def replay_delivery_audited(

@@ -7,7 +7,7 @@ from uuid import UUID
 from tollgate.core.clock import IdFactory
 from tollgate.core.errors import InvalidRequest
 from tollgate.db import Database
-from tollgate.execution.extraction.validation import iban_is_valid, normalize_name
+from tollgate.jobtypes.invoice_extraction.validation import iban_is_valid, normalize_name
 
 
 def add_supplier(db: Database, tenant_id: UUID, name: str, iban: str | None, new_id: IdFactory) -> None:

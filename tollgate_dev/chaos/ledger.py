@@ -185,13 +185,25 @@ def read_queues(sqs: SQSClient, queue_url: str, dlq_url: str, max_letters: int =
     return QueueFacts(depth(queue_url), depth(dlq_url), tuple(letters))
 
 
+def read_type_queues(
+    sqs: SQSClient, queues: Mapping[str, tuple[str, str]], max_letters: int = 100
+) -> QueueFacts:
+    """``read_queues`` over every job type's (queue, DLQ) pair, added up."""
+    facts = [read_queues(sqs, url, dlq_url, max_letters) for url, dlq_url in queues.values()]
+    return QueueFacts(
+        sum(f.messages_left for f in facts),
+        sum(f.dlq_depth for f in facts),
+        tuple(letter for f in facts for letter in f.dead_letters),
+    )
+
+
 def _dead_letter(message_id: str, body: str) -> DeadLetterFact:
     try:
         event = OutboxEvent.model_validate_json(body)
     except ValidationError:
         return DeadLetterFact(message_id, None, None)
     try:
-        job_id = event.data().job_id
+        job_id = event.job_data().job_id
     except (ValidationError, UnknownEventType):
         return DeadLetterFact(message_id, event.event_id, None)
     return DeadLetterFact(message_id, event.event_id, job_id)

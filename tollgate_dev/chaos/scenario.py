@@ -11,6 +11,7 @@ if any invariant broke, any planned fault did not happen, or anything else surpr
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -41,7 +42,7 @@ from tollgate.tenants.suppliers import add_supplier
 from tollgate_dev.chaos.erp import ErpEndpoint, ErpLog
 from tollgate_dev.chaos.fleet import Fleet
 from tollgate_dev.chaos.gate import Gate
-from tollgate_dev.chaos.ledger import Expectations, LedgerReport, check_ledger, read_queues
+from tollgate_dev.chaos.ledger import Expectations, LedgerReport, check_ledger, read_type_queues
 from tollgate_dev.chaos.plan import (
     CRASHPOINTS,
     PROVIDER_FAULTS,
@@ -58,7 +59,7 @@ from tollgate_dev.chaos.postgres import (
     postgres_outage,
 )
 from tollgate_dev.chaos.waiting import Waited, Waiter
-from tollgate_dev.local.aws import LocalAws
+from tollgate_dev.local.aws import JobsQueues, LocalAws, queue_urls
 from tollgate_dev.local.client import ApiClient
 from tollgate_dev.local.runtime import LIMITER_TABLE, LOCAL_BUCKET, LocalStack
 from tollgate_dev.queries import dev_queries
@@ -237,9 +238,10 @@ class ChaosRun:
         # The relay runs as a process of its own here, so that it can be killed for real.
         self.stack.loops["relay"].stop()
         assert self.stack.queues is not None
-        boto3.client("sqs").set_queue_attributes(
-            QueueUrl=self.stack.queues.url, Attributes={"VisibilityTimeout": str(QUEUE_VISIBILITY_SECONDS)}
-        )
+        for pair in self.stack.queues.values():
+            boto3.client("sqs").set_queue_attributes(
+                QueueUrl=pair.url, Attributes={"VisibilityTimeout": str(QUEUE_VISIBILITY_SECONDS)}
+            )
         self._create_tenants()
         self.fleet = self._start_fleet()
         fleet_started = self._until_fleet_started()
@@ -278,7 +280,11 @@ class ChaosRun:
         assert stack.queues is not None
         assert stack.simulator is not None
         assert database is not None
-        common = {**os.environ, "DATABASE_URL": database.url, "JOBS_QUEUE_URL": stack.queues.url}
+        common = {
+            **os.environ,
+            "DATABASE_URL": database.url,
+            "JOB_QUEUE_URLS": json.dumps(queue_urls(stack.queues)),
+        }
         fleet = Fleet(
             self.logs_dir,
             self.config.data_dir.resolve() / "crash-tokens",
@@ -574,7 +580,7 @@ class ChaosRun:
         progress = read_pipeline_progress(db)
         if progress.events != progress.published:
             return False, []
-        if read_queues(boto3.client("sqs"), stack.queues.url, stack.queues.dlq_url, 0).messages_left:
+        if read_type_queues(boto3.client("sqs"), _pairs(stack.queues), 0).messages_left:
             return False, []
         if not delivery_states(db, tenant_ids).get(DeliveryState.PENDING):
             return True, []
@@ -607,7 +613,7 @@ class ChaosRun:
         return check_ledger(
             stack.system_db,
             [t.tenant_id for t in self.tenants],
-            queues=read_queues(boto3.client("sqs"), stack.queues.url, stack.queues.dlq_url),
+            queues=read_type_queues(boto3.client("sqs"), _pairs(stack.queues)),
             erp_effects=self.erp_log.effects,
             expectations=Expectations(
                 acknowledged=dict(self.acknowledged), cancel_requested=frozenset(self.cancel_requested)
@@ -758,3 +764,7 @@ def print_report(report: ChaosReport, console: Console) -> None:
 
 def _verdict(ok: bool) -> str:
     return "[green]held[/green]" if ok else "[red]BROKEN[/red]"
+
+
+def _pairs(queues: dict[str, JobsQueues]) -> dict[str, tuple[str, str]]:
+    return {name: (pair.url, pair.dlq_url) for name, pair in queues.items()}

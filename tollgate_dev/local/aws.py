@@ -7,7 +7,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 from moto.server import ThreadedMotoServer
 
 from tollgate.execution.limiter.dynamodb import KEY, TTL_ATTRIBUTE
+from tollgate.jobtypes.registry import JOB_TYPES
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -78,8 +79,10 @@ class JobsQueues:
     dlq_url: str
 
 
-def create_jobs_queues(name: str = "tollgate-jobs", max_receive_count: int = 5) -> JobsQueues:
-    """The jobs FIFO queue and its FIFO dead-letter queue, configured like the deployed pair."""
+def create_jobs_queues(
+    name: str = "tollgate-jobs", max_receive_count: int = 5, retention_days: int = 4
+) -> JobsQueues:
+    """A FIFO queue and its FIFO dead-letter queue, configured like a deployed job type's pair."""
     import boto3
 
     sqs = boto3.client("sqs")
@@ -95,12 +98,34 @@ def create_jobs_queues(name: str = "tollgate-jobs", max_receive_count: int = 5) 
         Attributes={
             "FifoQueue": "true",
             "VisibilityTimeout": "60",
+            "MessageRetentionPeriod": str(retention_days * 24 * 3600),
             "RedrivePolicy": json.dumps(
                 {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count}
             ),
         },
     )["QueueUrl"]
     return JobsQueues(url, dlq_url)
+
+
+def create_job_type_queues(prefix: str = "tollgate", max_receive_count: int = 5) -> dict[str, JobsQueues]:
+    """Every registered job type's queue and DLQ, named as the stacks name them
+    (``<prefix>-<queue>.fifo``, ``<prefix>-<queue>-dlq.fifo``), by job type. Idempotent."""
+    return {
+        name: create_jobs_queues(
+            f"{prefix}-{job_type.queue}", max_receive_count, job_type.message_retention_days
+        )
+        for name, job_type in JOB_TYPES.items()
+    }
+
+
+def queue_urls(queues: Mapping[str, JobsQueues]) -> dict[str, str]:
+    """The map JOB_QUEUE_URLS holds."""
+    return {name: pair.url for name, pair in queues.items()}
+
+
+def dlq_urls(queues: Mapping[str, JobsQueues]) -> dict[str, str]:
+    """The map JOB_DLQ_URLS holds."""
+    return {name: pair.dlq_url for name, pair in queues.items()}
 
 
 def create_limiter_table(client: DynamoDBClient, name: str) -> None:

@@ -31,6 +31,7 @@ from rich.table import Table
 from tollgate.core.clock import new_id
 from tollgate.core.job_states import FINISHED_STATES, JobState
 from tollgate.delivery.states import DeliveryState
+from tollgate.jobtypes.registry import DEFAULT_JOB_TYPE
 from tollgate.tenants.keys import create_tenant
 from tollgate.tenants.suppliers import add_supplier
 from tollgate_dev.local.client import ApiClient
@@ -70,7 +71,19 @@ MEANINGS = {
 class Submitted:
     tenant: str
     job_id: str
-    invoice: SampleInvoice
+    invoice: SampleInvoice  # the document (for a summary or a classification, the invoice it reads)
+    job_type: str = DEFAULT_JOB_TYPE
+
+
+# Besides the invoices, each tenant summarizes and classifies a few of them: the other job types.
+OTHER_JOBS_PER_TENANT = 2
+LABELS = ["contract", "delivery_note", "invoice", "receipt"]
+
+
+def other_type_body(job_type: str, invoice: SampleInvoice) -> dict[str, Any]:
+    body = request_body(invoice, metadata={"number": invoice.invoice_number})
+    options: dict[str, Any] = {"max_words": 60} if job_type == "document_summary" else {"labels": LABELS}
+    return {**body, "job_type": job_type, "options": options}
 
 
 @dataclass
@@ -85,6 +98,13 @@ class DemoReport:
     @property
     def ok(self) -> bool:
         return all(ok for _, ok, _ in self.checks)
+
+
+def _expected_states_of(submitted: Submitted) -> set[str]:
+    # A summary or classification quotes printed lines only: it passes its policy whatever the invoice says.
+    if submitted.job_type != DEFAULT_JOB_TYPE:
+        return {JobState.SUCCEEDED.value}
+    return _expected_states(submitted.invoice)
 
 
 def _expected_states(invoice: SampleInvoice) -> set[str]:
@@ -122,8 +142,26 @@ def _submit_all(
         else:
             report.check(f"submit {invoice.invoice_number}", False, f"HTTP {response.status}")
 
+    others = [
+        (name, job_type, invoice)
+        for number, name in enumerate(clients)
+        for job_type in ("document_summary", "document_classification")
+        for invoice in invoices[number * OTHER_JOBS_PER_TENANT : (number + 1) * OTHER_JOBS_PER_TENANT]
+    ]
+
+    def submit_other(item: tuple[str, str, SampleInvoice]) -> None:
+        name, job_type, invoice = item
+        response = clients[name].submit(
+            other_type_body(job_type, invoice), f"{job_type}-{invoice.invoice_number}"
+        )
+        if response.status == 202:
+            report.submitted.append(Submitted(name, response.json["job_id"], invoice, job_type))
+        else:
+            report.check(f"submit {job_type} {invoice.invoice_number}", False, f"HTTP {response.status}")
+
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(submit, work))
+        list(pool.map(submit_other, others))
 
     name, invoice, key = work[0]
     replay = clients[name].submit(request_body(invoice, metadata={"number": invoice.invoice_number}), key)
@@ -209,11 +247,12 @@ def run_demo(stack: LocalStack, jobs_per_tenant: int = 40, console: Console | No
     unexplained = [
         (by_id[str(row["job_id"])], row)
         for row in jobs(db, tenant_ids)
-        if row["state"] not in _expected_states(by_id[str(row["job_id"])].invoice)
+        if row["state"] not in _expected_states_of(by_id[str(row["job_id"])])
     ]
     detail = (
         ", ".join(
-            f"{s.invoice.kind} -> {row['state']} {[r['code'] for r in row['review_reasons'] or []]}"
+            f"{s.job_type} {s.invoice.kind} -> {row['state']} "
+            f"{[r['code'] for r in row['review_reasons'] or []]}"
             for s, row in unexplained[:5]
         )
         or "none"
@@ -237,7 +276,40 @@ def run_demo(stack: LocalStack, jobs_per_tenant: int = 40, console: Console | No
     for receiver in receivers:
         receiver.stop()
     _print_summary(console, db, tenant_ids, report)
+    _print_usage(console, clients, report)
     return report
+
+
+def _print_usage(console: Console, clients: dict[str, ApiClient], report: DemoReport) -> None:
+    """Each tenant's usage by job type, as the tenant reads it: GET /usage?group_by=job_type."""
+    console.print("[bold]Usage per tenant and job type[/bold] (GET /usage?group_by=job_type)")
+    types_seen = 0
+    for name, client in clients.items():
+        answer = client.request("GET", "/usage?group_by=job_type")
+        if answer.status != 200:
+            report.check(f"usage of {name}", False, f"HTTP {answer.status}")
+            continue
+        console.print(f"  {name}", highlight=False)
+        console.print(
+            f"    {'job type':<24}{'jobs':>5}{'done':>5}{'attempts':>9}{'tokens':>9}{'cost USD':>10}"
+            f"{'per done':>10}",
+            highlight=False,
+        )
+        for row in answer.json["rows"]:
+            types_seen += 1
+            per_job = row["cost_per_completed_job"]
+            tokens = row["input_tokens"] + row["output_tokens"]
+            console.print(
+                f"    {row['job_type']:<24}{row['finished_jobs']:>5}{row['completed_jobs']:>5}"
+                f"{row['attempts']:>9}{tokens:>9}{float(row['cost_usd']):>10.4f}"
+                + (f"{float(per_job):>10.5f}" if per_job is not None else f"{'-':>10}"),
+                highlight=False,
+            )
+    report.check(
+        "usage reported per tenant for every job type",
+        types_seen == len(clients) * 3,
+        f"{types_seen} tenant and type rows",
+    )
 
 
 def _register_receiver(client: ApiClient) -> WebhookReceiver:

@@ -53,8 +53,10 @@ from tollgate_dev.local.aws import (
     JobsQueues,
     LocalAws,
     create_documents_bucket,
-    create_jobs_queues,
+    create_job_type_queues,
     create_limiter_table,
+    dlq_urls,
+    queue_urls,
     serialize_moto_dynamodb,
 )
 from tollgate_dev.local.erp import DemoErp
@@ -104,7 +106,8 @@ class LocalStack:
     relay_sweep_seconds: float = 60.0
     scheduler_interval_seconds: float = 60.0
     metrics: RecordedMetrics = field(default_factory=RecordedMetrics)
-    queues: JobsQueues | None = None
+    # Each job type's queue and dead-letter queue, by job type.
+    queues: dict[str, JobsQueues] | None = None
     dispatcher_arn: str | None = None
     loops: dict[str, Loop] = field(default_factory=dict)
     workers: int = 2
@@ -155,7 +158,7 @@ class LocalStack:
             self.aws.start()
             self._closers.append(self.aws.stop)
         create_documents_bucket(LOCAL_BUCKET)
-        self.queues = create_jobs_queues()
+        self.queues = create_job_type_queues()
         self._unless_cancelled()
         apply_migrations(self.database_url, MIGRATIONS_DIR)
         self._unless_cancelled()
@@ -207,8 +210,8 @@ class LocalStack:
             "api_url": self.api_url,
             "erp_url": self.erp.url if self.erp else None,
             "aws_endpoint_url": self.aws.endpoint_url,
-            "jobs_queue_url": self.queues.url,
-            "jobs_dlq_url": self.queues.dlq_url,
+            "job_queue_urls": queue_urls(self.queues),
+            "job_dlq_urls": dlq_urls(self.queues),
             "webhook_state_machine_arn": self.dispatcher_arn,
             "database_url": self.database_url,
             "documents_bucket": LOCAL_BUCKET,
@@ -220,10 +223,10 @@ class LocalStack:
     def _start_pipeline(self, url: SecretStr, relay_wake: EventNudger) -> None:
         """The relay (nudged by the API, swept on an interval), the scheduler, and the workers."""
         assert self.queues is not None
-        queue_url = self.queues.url
+        urls = queue_urls(self.queues)
         relay = build_relay(
             RelaySettings(
-                database_url=url, jobs_queue_url=queue_url, webhook_state_machine_arn=self.dispatcher_arn
+                database_url=url, job_queue_urls=urls, webhook_state_machine_arn=self.dispatcher_arn
             )
         )
         scheduler = build_scheduler(
@@ -253,7 +256,7 @@ class LocalStack:
             self._closers.append(loop.stop)
             self.loops[loop.name] = loop
         self._unless_cancelled()
-        self._start_workers(url, queue_url, relay_wake)
+        self._start_workers(url, urls, relay_wake)
 
     def _start_dispatcher(self, url: SecretStr) -> str:
         """The webhook dispatcher in moto's state machine executor; its waits are compressed so that a
@@ -272,7 +275,7 @@ class LocalStack:
         self._closers.append(partial(release_dispatcher, arn))
         return arn
 
-    def _start_workers(self, url: SecretStr, queue_url: str, relay_wake: EventNudger) -> None:
+    def _start_workers(self, url: SecretStr, urls: dict[str, str], relay_wake: EventNudger) -> None:
         # One provider budget for both workers, in DynamoDB on moto, as the deployed workers share one.
         create_limiter_table(boto3.client("dynamodb"), LIMITER_TABLE)
         self._closers.append(serialize_moto_dynamodb())
@@ -286,7 +289,7 @@ class LocalStack:
             tiers = self.worker_tiers[(number - 1) % len(self.worker_tiers)]
             settings = WorkerSettings(
                 database_url=url,
-                jobs_queue_url=queue_url,
+                job_queue_urls=urls,
                 documents_bucket=LOCAL_BUCKET,
                 worker_id=f"local-worker-{number}",
                 worker_service_tiers=tiers,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from tollgate.core.observability import log_context
 from tollgate.execution.attempt import ExecutionDeps
@@ -17,7 +17,7 @@ class WorkerThread:
     def __init__(
         self,
         name: str,
-        ingress: IngressDeps,
+        ingress: Sequence[IngressDeps],
         execution: ExecutionDeps,
         config: WorkerConfig,
         on_activity: Callable[[], None],

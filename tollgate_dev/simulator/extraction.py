@@ -15,7 +15,7 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
-from tollgate.execution.extraction.normalize import DATE_PATTERN, normalize_money, parse_date
+from tollgate.jobtypes.invoice_extraction.normalize import DATE_PATTERN, normalize_money, parse_date
 
 # A wrong line amount is off by this much when an arithmetic mistake is asked for.
 MISTAKE = Decimal("1.00")

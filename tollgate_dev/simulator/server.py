@@ -33,10 +33,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from tollgate.core.clock import Clock
-from tollgate.execution.extraction.prompt import document_pages
+from tollgate.jobtypes.prompts import document_pages
+from tollgate_dev.simulator.documents import (
+    CLASSIFICATION_TITLE,
+    SUMMARY_TITLE,
+    DocumentMistake,
+    classify,
+    summarize,
+)
 from tollgate_dev.simulator.extraction import Mistake, extract
 
 MISTAKES = frozenset(m.value for m in Mistake)
+DOCUMENT_MISTAKES = frozenset(m.value for m in DocumentMistake)
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +76,10 @@ class Fault(StrEnum):
     WRONG_CURRENCY = "wrong_currency"
     EVIDENCE_ELSEWHERE = "evidence_elsewhere"
     EVIDENCE_INVENTED = "evidence_invented"
+    # The same for the other job types (tollgate_dev.simulator.documents); each applies to its own type.
+    OVER_WORD_LIMIT = "over_word_limit"
+    UNSUPPORTED_FACT = "unsupported_fact"
+    LABEL_OUTSIDE_SET = "label_outside_set"
 
 
 PROMPT_ONLY_HABITS = frozenset({Fault.CODE_FENCE, Fault.LEADING_PROSE, Fault.TRAILING_PROSE})
@@ -444,9 +456,7 @@ class SimulatedProvider:
         if fault in (Fault.SERVER_ERROR, Fault.INTERNAL_ERROR, Fault.OVERLOADED):
             return self._server_error(fault)
 
-        pages = document_pages(body["messages"])
-        mistake = Mistake(fault.value) if fault is not None and fault.value in MISTAKES else None
-        extraction = extract(pages, mistake=mistake)
+        extraction = _read(body, fault)
         content = json.dumps(extraction, ensure_ascii=False, indent=None if _format_type(body) else 2)
         if fault in PROMPT_ONLY_HABITS:
             content = _dress(content, fault)
@@ -754,6 +764,20 @@ def _format_type(body: dict[str, Any]) -> str | None:
     if response_format is None or response_format.get("type") == "text":
         return None
     return str(response_format["type"])
+
+
+def _read(body: dict[str, Any], fault: Fault | None) -> dict[str, Any]:
+    """The answer to the request's job type, told apart by the output schema the request carries."""
+    pages = document_pages(body["messages"])
+    request = prompt_text(body["messages"]) + json.dumps(body.get("response_format"), sort_keys=True)
+    if SUMMARY_TITLE in request or CLASSIFICATION_TITLE in request:
+        slip = (
+            DocumentMistake(fault.value) if fault is not None and fault.value in DOCUMENT_MISTAKES else None
+        )
+        reader = summarize if SUMMARY_TITLE in request else classify
+        return reader(pages, prompt_text(body["messages"]), slip)
+    mistake = Mistake(fault.value) if fault is not None and fault.value in MISTAKES else None
+    return extract(pages, mistake=mistake)
 
 
 def _dress(content: str, habit: Fault) -> str:

@@ -43,8 +43,9 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
 
     @router.post(
         "/extraction-jobs",
-        summary="Submit an invoice extraction job",
-        description="Answers 202 with the job and its Location. The same Idempotency-Key with the same "
+        summary="Submit a job: an invoice extraction, a document summary or a document classification",
+        description="`job_type` says which; `options` follow that type's schema. Answers 202 with the job "
+        "and its Location. The same Idempotency-Key with the same "
         "request answers with the first job (Idempotent-Replayed: true); with a different request, 409.",
         responses={
             **documented(JobView, "Accepted", 202),

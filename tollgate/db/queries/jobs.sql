@@ -19,11 +19,12 @@ WHERE j.tenant_id = %(tenant_id)s AND j.idempotency_key = %(idempotency_key)s
 INSERT INTO extraction_jobs (
     job_id, tenant_id, idempotency_key, request_hash, job_type, document_id, schema_version,
     model_policy, options, metadata, priority, max_attempts, estimated_tokens, document_bytes,
-    deadline_at, trace_context, service_tier)
+    deadline_at, trace_context, reserved_usd, spend_month, service_tier)
 VALUES (
     %(job_id)s, %(tenant_id)s, %(idempotency_key)s, %(request_hash)s, %(job_type)s, %(document_id)s,
     %(schema_version)s, %(model_policy)s, %(options)s, %(metadata)s, %(priority)s, %(max_attempts)s,
-    %(estimated_tokens)s, %(document_bytes)s, %(deadline_at)s, %(trace_context)s, %(service_tier)s)
+    %(estimated_tokens)s, %(document_bytes)s, %(deadline_at)s, %(trace_context)s, %(reserved_usd)s,
+    %(spend_month)s, %(service_tier)s)
 RETURNING *
 
 -- name: get_job
@@ -81,7 +82,8 @@ WITH ready AS (
     FROM picked
     WHERE j.job_id = picked.job_id AND picked.deadline_at > %(now)s
     RETURNING j.job_id, j.tenant_id, j.attempt, j.max_attempts, j.fence, j.deadline_at, j.document_id,
-              j.model_policy, j.estimated_tokens, j.trace_context, j.state_version, j.service_tier
+              j.model_policy, j.estimated_tokens, j.trace_context, j.state_version, j.job_type, j.options,
+              j.model_escalated, j.service_tier
 ), opened AS (
     INSERT INTO job_attempts (job_id, attempt, tenant_id, fence, worker_id, started_at)
     SELECT job_id, attempt, tenant_id, fence, %(worker_id)s, %(now)s FROM claimed
@@ -89,7 +91,8 @@ WITH ready AS (
 SELECT 'claimed' AS outcome, claimed.* FROM claimed
 UNION ALL
 SELECT 'expired', j.job_id, j.tenant_id, j.attempt, j.max_attempts, j.fence, j.deadline_at, j.document_id,
-       j.model_policy, j.estimated_tokens, j.trace_context, j.state_version, j.service_tier
+       j.model_policy, j.estimated_tokens, j.trace_context, j.state_version, j.job_type, j.options,
+       j.model_escalated, j.service_tier
 FROM picked JOIN extraction_jobs j USING (job_id)
 WHERE picked.deadline_at <= %(now)s
 
@@ -103,7 +106,7 @@ RETURNING job_id
 UPDATE extraction_jobs
 SET state = %(state)s, lease_owner = NULL, lease_until = NULL, next_attempt_at = %(next_attempt_at)s,
     state_version = state_version + 1, updated_at = %(now)s, last_error = %(last_error)s,
-    finished_at = %(finished_at)s
+    finished_at = %(finished_at)s, model_escalated = model_escalated OR %(escalate)s
 WHERE job_id = %(job_id)s AND state = 'RUNNING' AND fence = %(fence)s AND lease_until > %(now)s
 RETURNING job_id, tenant_id, state_version, trace_context
 

@@ -14,7 +14,8 @@ SELECT r.job_id, j.state,
        coalesce(d.result, r.result) AS result,
        CASE WHEN d.decision = 'correct' THEN '[]'::jsonb ELSE r.review_reasons END AS review_reasons,
        coalesce(d.decided_at, r.created_at) AS created_at,
-       d.decision, d.reviewer, d.note, d.decided_at
+       d.decision, d.reviewer, d.note, d.decided_at,
+       j.input_tokens, j.output_tokens, j.cost_usd, j.attempts_recorded
 FROM extraction_results r
 JOIN extraction_jobs j USING (job_id)
 LEFT JOIN review_decisions d ON d.job_id = r.job_id

@@ -7,7 +7,7 @@
 -- A job with what a reviewer reads or decides on: its state and version, its model result (version 1) and
 -- its document, and the decision once there is one.
 SELECT j.job_id, j.tenant_id, j.state, j.state_version, j.attempt, j.finished_at, j.document_id,
-       j.trace_context,
+       j.trace_context, j.job_type, j.options,
        r.policy_version, r.result, r.review_reasons, r.created_at AS result_created_at,
        d.decision, d.note, d.reviewer, d.reviewer_key_id, d.state_version AS decided_on_version,
        d.review_requested_at, d.decided_at, d.result_version, d.corrections

@@ -37,7 +37,7 @@ SET state = 'READY', max_attempts = attempt + %(extra_attempts)s, fence = fence 
     finished_at = NULL, next_attempt_at = NULL, state_version = state_version + 1, updated_at = %(now)s,
     last_error = jsonb_build_object('reason', 'redriven', 'previous', last_error)
 WHERE job_id = %(job_id)s AND state = 'FAILED_TERMINAL'
-RETURNING job_id, tenant_id, state_version
+RETURNING job_id, tenant_id, state_version, job_type
 
 -- name: insert_audit
 INSERT INTO support_audit (actor, reason, action, target, outcome, details)

@@ -19,12 +19,14 @@ from email.utils import parsedate_to_datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from tollgate.core.clock import Clock
-from tollgate.execution.extraction.prompt import build_messages, build_prompt_only_messages
-from tollgate.execution.extraction.schema import Invoice, invoice_json_schema, response_format
 from tollgate.execution.llm.output import InvalidOutput, StructuredOutput, single_json_object
+from tollgate.jobtypes.base import JobType
+from tollgate.jobtypes.invoice_extraction.schema import Invoice
+from tollgate.jobtypes.prompts import document_messages, prompt_only_messages
+from tollgate.jobtypes.registry import INVOICE_EXTRACTION
 
 if TYPE_CHECKING:
     # Imported lazily at run time: the API Lambda imports this module's types but never calls a model,
@@ -65,11 +67,27 @@ class OutcomeClass(StrEnum):
         return self in {OutcomeClass.PROVIDER_AUTH, OutcomeClass.PROVIDER_FORMAT}
 
 
+@dataclass(frozen=True)
+class Task:
+    """What one call is asked to do: a job type's work on a document's pages, with the job's options."""
+
+    job_type: JobType
+    pages: tuple[str, ...]
+    options: Any
+
+    @classmethod
+    def invoice(cls, pages: tuple[str, ...]) -> Task:
+        return cls(INVOICE_EXTRACTION, pages, INVOICE_EXTRACTION.parse_options({}))
+
+    def system(self) -> str:
+        return self.job_type.system_prompt(self.options)
+
+
 @dataclass
 class LlmResult:
     outcome: OutcomeClass
     model: str
-    invoice: Invoice | None = None
+    output: BaseModel | None = None  # the job type's output model, parsed strictly
     input_tokens: int | None = None
     output_tokens: int | None = None
     latency_ms: int = 0
@@ -80,9 +98,7 @@ class LlmResult:
 
 
 class LlmClient(Protocol):
-    async def extract(
-        self, pages: tuple[str, ...], model: str, timeout: float, max_tokens: int
-    ) -> LlmResult: ...
+    async def extract(self, task: Task, model: str, timeout: float, max_tokens: int) -> LlmResult: ...
 
 
 def parse_retry_after(headers: Any, now: datetime) -> float | None:
@@ -132,27 +148,38 @@ def refuses_response_format(status: int, error: Any) -> bool:
     return "response_format" in f"{getattr(error, 'param', None)} {getattr(error, 'message', '')}"
 
 
-def request_options(mode: StructuredOutput, pages: tuple[str, ...]) -> dict[str, Any]:
-    """The messages and response format of one extraction request, as the pool's capability wants them."""
+def request_options(mode: StructuredOutput, task: Task) -> dict[str, Any]:
+    """The messages and response format of one request, as the pool's capability wants them."""
+    kind, system = task.job_type, task.system()
     if mode is StructuredOutput.JSON_SCHEMA:
-        return {"messages": build_messages(pages), "response_format": response_format()}
+        envelope = {"name": kind.schema_name, "strict": True, "schema": json.loads(kind.json_schema)}
+        return {
+            "messages": document_messages(system, task.pages),
+            "response_format": {"type": "json_schema", "json_schema": envelope},
+        }
     if mode is StructuredOutput.JSON_OBJECT:
         # llama.cpp's servers constrain decoding to a schema given beside the type, not OpenAI's envelope.
-        schema = json.loads(invoice_json_schema())
         return {
-            "messages": build_messages(pages),
-            "response_format": {"type": "json_object", "schema": schema},
+            "messages": document_messages(system, task.pages),
+            "response_format": {"type": "json_object", "schema": json.loads(kind.json_schema)},
         }
-    return {"messages": build_prompt_only_messages(pages, invoice_json_schema())}
+    return {"messages": prompt_only_messages(system, task.pages, kind.json_schema)}
+
+
+def parse_output(job_type: JobType, content: str) -> BaseModel:
+    """The answer as the type's output model, read the same way in every mode; raises ``InvalidOutput``
+    saying why not."""
+    value = single_json_object(content)
+    try:
+        return job_type.output.model_validate(value)
+    except ValidationError as error:
+        raise InvalidOutput(f"the JSON object does not match the schema: {str(error)[:400]}") from None
 
 
 def parse_invoice(content: str) -> Invoice:
-    """The answer as an Invoice, read the same way in every mode; raises ``InvalidOutput`` saying why not."""
-    value = single_json_object(content)
-    try:
-        return Invoice.model_validate(value)
-    except ValidationError as error:
-        raise InvalidOutput(f"the JSON object does not match the schema: {str(error)[:400]}") from None
+    parsed = parse_output(INVOICE_EXTRACTION, content)
+    assert isinstance(parsed, Invoice)
+    return parsed
 
 
 class OpenAIExtractor:
@@ -166,7 +193,7 @@ class OpenAIExtractor:
         self._clock = clock
         self._mode = structured_output
 
-    async def extract(self, pages: tuple[str, ...], model: str, timeout: float, max_tokens: int) -> LlmResult:
+    async def extract(self, task: Task, model: str, timeout: float, max_tokens: int) -> LlmResult:
         import openai
 
         started = time.perf_counter()
@@ -178,7 +205,7 @@ class OpenAIExtractor:
             # Options as a plain dict: the SDK's TypedDicts add nothing to a wire format the tests pin down.
             raw = await self._client.chat.completions.with_raw_response.create(
                 model=model,
-                **request_options(self._mode, pages),
+                **request_options(self._mode, task),
                 max_completion_tokens=max_tokens,
                 timeout=timeout,
             )
@@ -227,7 +254,7 @@ class OpenAIExtractor:
             result.outcome, result.error = OutcomeClass.INVALID_OUTPUT, "the output was cut off at max tokens"
             return result
         try:
-            result.invoice = parse_invoice(message.content)
+            result.output = parse_output(task.job_type, message.content)
         except InvalidOutput as error:
             result.outcome, result.error = OutcomeClass.INVALID_OUTPUT, f"invalid output: {error}"[:500]
         return result

@@ -16,25 +16,29 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from tollgate.jobtypes.evidence import MAX_PAGES, Evidence
+from tollgate.jobtypes.schemas import sent_json_schema
+
+__all__ = [
+    "MAX_PAGES",
+    "SCHEMA_NAME",
+    "Evidence",
+    "Invoice",
+    "LineItem",
+    "Supplier",
+    "Tax",
+    "invoice_json_schema",
+]
+
 SCHEMA_NAME = "invoice_extraction_v2"
-# Pages a document may have (the acceptance limit); evidence cannot point past them.
-MAX_PAGES = 1000
 
 Money = Annotated[str, StringConstraints(pattern=r"^-?\d{1,12}\.\d{2}$")]
 Quantity = Annotated[str, StringConstraints(pattern=r"^-?\d{1,9}(\.\d{1,4})?$")]
 IsoDate = Annotated[str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}$")]
-Quote = Annotated[str, StringConstraints(min_length=1, max_length=500)]
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Evidence(Strict):
-    """Where a value is printed: a page of the document and the text copied from it."""
-
-    page: int = Field(ge=1, le=MAX_PAGES, description="The page the value is printed on, counting from 1.")
-    quote: Quote = Field(description="The text the value was read from, copied exactly from that page.")
 
 
 class Supplier(Strict):
@@ -79,46 +83,10 @@ class Invoice(Strict):
         return Decimal(value) if value is not None else None
 
 
-def _strict_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """OpenAI's strict structured outputs want every property required (optional ones nullable) and no
-    extra properties, at every level; pydantic's schema already forbids extras, so list the properties."""
-    if schema.get("type") == "object" and "properties" in schema:
-        schema["required"] = list(schema["properties"])
-        schema["additionalProperties"] = False
-    for value in schema.values():
-        if isinstance(value, dict):
-            _strict_json_schema(value)
-        elif isinstance(value, list):
-            for item in value:
-                if isinstance(item, dict):
-                    _strict_json_schema(item)
-    return schema
-
-
-_EVIDENCE_REF = {"$ref": "#/$defs/Evidence"}
-
-
-def _evidence_always_given(schema: dict[str, Any]) -> dict[str, Any]:
-    """In the schema sent to the model, evidence is an object, never null. Given the choice, a small model
-    writes null for every piece of evidence (seen with Qwen2.5-Coder 1.5B: every result failed the policy
-    for want of it). The parsed model still admits null, which the policy reports as missing evidence;
-    evidence given for a value that is null is ignored."""
-    for value in list(schema.values()):
-        if isinstance(value, dict):
-            if value.get("anyOf") == [_EVIDENCE_REF, {"type": "null"}]:
-                del value["anyOf"]
-                value.pop("default", None)
-                value.update(_EVIDENCE_REF)
-            else:
-                _evidence_always_given(value)
-    return schema
-
-
 @cache
 def invoice_json_schema() -> str:
     """The response format's schema, as JSON text (cached: it is sent with every request)."""
-    schema = _evidence_always_given(_strict_json_schema(Invoice.model_json_schema()))
-    return json.dumps(schema, sort_keys=True)
+    return sent_json_schema(Invoice)
 
 
 def response_format() -> dict[str, Any]:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from functools import partial
 
-from tollgate.execution.extraction.evidence import locate, pages_containing
-from tollgate.execution.extraction.normalize import (
+from tollgate.jobtypes.base import KnownSupplier, Reason, TenantPolicy, ValidationReport
+from tollgate.jobtypes.invoice_extraction.evidence import locate, pages_containing
+from tollgate.jobtypes.invoice_extraction.normalize import (
     compact_iban,
     currencies_in,
     dates_in,
@@ -24,7 +25,7 @@ from tollgate.execution.extraction.normalize import (
     normalize_space,
     numbers_in,
 )
-from tollgate.execution.extraction.schema import Evidence, Invoice, LineItem
+from tollgate.jobtypes.invoice_extraction.schema import Evidence, Invoice, LineItem
 
 __all__ = [
     "POLICY_VERSION",
@@ -39,41 +40,6 @@ __all__ = [
 
 POLICY_VERSION = "validation.v2"
 CENT = Decimal("0.01")
-
-
-@dataclass(frozen=True)
-class KnownSupplier:
-    name: str
-    iban: str | None = None
-
-
-@dataclass(frozen=True)
-class TenantPolicy:
-    allowed_currencies: frozenset[str]
-    suppliers: tuple[KnownSupplier, ...]
-
-
-@dataclass(frozen=True)
-class Reason:
-    code: str
-    field: str
-    detail: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"code": self.code, "field": self.field, "detail": self.detail}
-
-
-@dataclass
-class ValidationReport:
-    policy_version: str = POLICY_VERSION
-    reasons: list[Reason] = field(default_factory=list)
-
-    @property
-    def passed(self) -> bool:
-        return not self.reasons
-
-    def fail(self, code: str, field_name: str, detail: str) -> None:
-        self.reasons.append(Reason(code, field_name, detail))
 
 
 def iban_is_valid(iban: str) -> bool:
@@ -91,7 +57,7 @@ def _money(value: str | None) -> Decimal | None:
 
 
 def validate_invoice(invoice: Invoice, pages: Sequence[str], policy: TenantPolicy) -> ValidationReport:
-    report = ValidationReport()
+    report = ValidationReport(POLICY_VERSION)
     _check_presence(invoice, policy, report)
     _check_arithmetic(invoice, report)
     _check_identity(invoice, policy, report)

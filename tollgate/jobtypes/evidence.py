@@ -1,4 +1,5 @@
-"""Evidence resolved against the OCR text: each quote becomes a character span of the page it names.
+"""Evidence resolved against the OCR text, for every job type: each quote becomes a character span of the
+page it names.
 
 A quote matches its page with runs of whitespace counted as one space (OCR spacing is not the value), and
 nothing else relaxed. The span is in the page as stored, so a reviewer can be shown the text around it.
@@ -7,10 +8,25 @@ nothing else relaxed. The span is in the page as stored, so a reviewer can be sh
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
-from tollgate.execution.extraction.schema import Evidence, Invoice
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+# Pages a document may have (the acceptance limit); evidence cannot point past them.
+MAX_PAGES = 1000
+Quote = Annotated[str, StringConstraints(min_length=1, max_length=500)]
+
+
+class Evidence(BaseModel):
+    """Where a value is printed: a page of the document and the text copied from it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    page: int = Field(ge=1, le=MAX_PAGES, description="The page the value is printed on, counting from 1.")
+    quote: Quote = Field(description="The text the value was read from, copied exactly from that page.")
+
 
 # Characters of page text shown on each side of a span, for a reviewer.
 CONTEXT_CHARS = 160
@@ -71,21 +87,6 @@ def context(span: Span, pages: Sequence[str], chars: int = CONTEXT_CHARS) -> dic
     }
 
 
-def evidence_fields(invoice: Invoice) -> Iterator[tuple[str, Evidence | None]]:
-    """Every piece of evidence an invoice carries, by the field path it stands for."""
-    yield "supplier", invoice.supplier.evidence if invoice.supplier else None
-    yield "invoice_number", invoice.invoice_number_evidence
-    yield "issue_date", invoice.issue_date_evidence
-    yield "due_date", invoice.due_date_evidence
-    yield "currency", invoice.currency_evidence
-    yield "iban", invoice.iban_evidence
-    for index, line in enumerate(invoice.line_items):
-        yield f"line_items[{index}]", line.evidence
-    yield "subtotal", invoice.subtotal_evidence
-    yield "tax", invoice.tax.evidence
-    yield "total", invoice.total_evidence
-
-
 @dataclass(frozen=True)
 class ResolvedEvidence:
     field: str
@@ -102,10 +103,12 @@ class ResolvedEvidence:
         }
 
 
-def resolve_evidence(invoice: Invoice, pages: Sequence[str]) -> dict[str, ResolvedEvidence]:
+def resolve_fields(
+    fields: Iterable[tuple[str, Evidence | None]], pages: Sequence[str]
+) -> dict[str, ResolvedEvidence]:
     """Each field's evidence with its span in the document; fields without evidence are absent."""
     return {
         name: ResolvedEvidence(name, evidence, locate(evidence, pages))
-        for name, evidence in evidence_fields(invoice)
+        for name, evidence in fields
         if evidence is not None
     }

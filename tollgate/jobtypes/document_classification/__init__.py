@@ -1,0 +1,1 @@
+"""Document classification: one label from the tenant's set, with evidence in the text."""
