@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from aws_lambda_powertools import Logger
+from psycopg.errors import LockNotAvailable
 from psycopg.types.json import Jsonb
 
 from tollgate.core.clock import Clock, IdFactory
@@ -260,13 +261,19 @@ def reconcile_backlog_shards(deps: SchedulerDeps, report: SchedulerReport) -> No
     recount, a pass over the unfinished jobs, runs only then, and a shard it corrects counts in
     ``CounterDrift``."""
     q = deps.db.q
-    with deps.db.transaction() as conn:
-        conn.execute(q.lock_backlog_shards)
-        check = conn.execute(q.backlog_shards_drift).fetchone()
-        assert check is not None
-        if not check.pop("drifted"):
-            return
-        corrected = conn.execute(q.recount_backlog_shards).fetchall()
+    try:
+        with deps.db.transaction() as conn:
+            conn.execute(q.limit_shard_lock_wait)
+            conn.execute(q.lock_backlog_shards)
+            check = conn.execute(q.backlog_shards_drift).fetchone()
+            assert check is not None
+            if not check.pop("drifted"):
+                return
+            corrected = conn.execute(q.recount_backlog_shards).fetchall()
+    except LockNotAvailable:
+        # Jobs were changing under the shards (another scheduler reaping, say): checked at the next tick.
+        logger.info("system backlog shards busy; their check waits for the next tick")
+        return
     if corrected:
         report.backlog_shards_drifted = True
         logger.error("system backlog shards drifted from a recount; corrected", extra=check)
