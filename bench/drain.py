@@ -15,7 +15,9 @@ flight bind, bench/results/drain.json), ``--profile tokens`` (tokens per minute 
 bench/results/drain_tokens.json), where each slot's wait for budget, not for a free slot, decides how soon
 a light tenant's job runs, and ``--profile many-tenants`` (bench/results/drain_many.json): 1,000 light
 tenants with one job each, arriving one by one over most of a longer window, under the shared budget only
-unless ``--scenarios`` asks for the baselines. ``--quick`` is a smoke run. This is a report, not a test:
+unless ``--scenarios`` asks for the baselines. ``--quick`` is a smoke run. The service-tier scenario (a batch
+backlog and a high-priority stream, tiered and single-tier) is ``bench.drain_tiers``, on this module's
+environment and worker fleet. This is a report, not a test:
 targets are printed next to the figures, never asserted.
 """
 

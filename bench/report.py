@@ -28,6 +28,7 @@ BENCHMARKS = (
     "drain",
     "drain_tokens",
     "drain_many",
+    "drain_tiers",
     "scale",
     "openloop",
     "accuracy",
@@ -1196,6 +1197,122 @@ def drain_summary(drain: Doc, at: str, bound: str = "") -> list[list[str]]:
     ]
 
 
+def _stream_p95(run: Doc) -> str:
+    stream = run["stream"]
+    if not stream["count"]:
+        return f"none of {run['stream_submitted']:,} done"
+    done = (
+        ""
+        if stream["count"] == run["stream_submitted"]
+        else f" ({stream['count']} of {run['stream_submitted']} done)"
+    )
+    return f"{num(stream['p95_s'])} s{done}"
+
+
+def drain_tiers_summary(doc: Doc) -> list[list[str]]:
+    """The tiered run beside the single-tier run of the same workload, both from the one run."""
+    runs = {run["key"]: run for run in doc["runs"]}
+    tiered, single = runs.get("tiered"), runs.get("single_tier")
+    if not tiered:
+        return []
+    at = f"`drain_tiers.json` {run_date(doc)}"
+    target = doc["targets"]["high_p95_max_multiple_of_service_time"]
+    ratio = tiered["high_p95_over_service"]
+    backlog = doc["config"]["backlog_jobs"]
+    return [
+        [
+            f"tiers: high stream's p95 ÷ one job's service time behind {backlog:,} batch jobs "
+            f"(target ≤ {target:g}{TIMES})",
+            "none done"
+            if ratio is None
+            else f"{ratio:.1f}{TIMES} ({num(tiered['solo_service_s'])} s a job): " + held(ratio <= target),
+            "one tier: "
+            + (
+                "not run"
+                if not single
+                else _stream_p95(single)
+                if single["high_p95_over_service"] is None
+                else f"{single['high_p95_over_service']:.1f}{TIMES} ({_stream_p95(single)})"
+            ),
+            "",
+            at,
+        ],
+        [
+            "tiers: batch backlog's jobs/s, share of what the stream leaves",
+            f"{num(tiered['backlog_jobs_per_s'], 2)} ({pct(tiered['backlog_share_of_what_is_left'], 0)})",
+            "one tier: "
+            + (
+                f"{num(single['backlog_jobs_per_s'], 2)} ({pct(single['backlog_share_of_what_is_left'], 0)})"
+                if single
+                else "not run"
+            ),
+            times(tiered["backlog_jobs_per_s"] / single["backlog_jobs_per_s"])
+            if single and single["backlog_jobs_per_s"]
+            else "",
+            at,
+        ],
+    ]
+
+
+def drain_tiers_section(doc: Doc) -> list[str]:
+    config = doc["config"]
+    provider = config["provider"]
+    runs = doc["runs"]
+    lines = [
+        "## Service tiers under contention (drain, tiers)",
+        "",
+        *provenance("drain_tiers", doc),
+        f"One tenant's backlog of {config['backlog_jobs']:,} jobs and a steady stream of its jobs at "
+        f"{pct(config['stream_share'], 0)} of the provider's capacity ({provider['max_concurrency']} "
+        f"calls in flight at a mean {num(provider['latency_mean_s'])} s: "
+        f"{num(provider['max_concurrency'] / provider['latency_mean_s'])} jobs/s), over the first 80% of a "
+        f"{config['window_s']:g} s window, on the simulated provider under the shared DynamoDB budget. The "
+        "tiered run sends the backlog as `batch` and the stream as `high`, worked by one high-tier worker "
+        "(6 slots) and three batch-tier workers (8 slots each: batch alone could fill the pool); the budget "
+        "holds batch to its share (50%) while a high-tier call waits and lets it use the whole pool "
+        "otherwise. The single-tier run sends the same jobs all as `normal` to five workers of 6 slots "
+        "serving every tier. "
+        "Service time: one job's measured overhead on an idle system plus the provider's mean latency.",
+        "",
+    ]
+    lines += table(
+        [
+            "run",
+            "stream p95",
+            "stream wait p95",
+            "1 job service",
+            "stream p95 ÷ 1 job",
+            "backlog jobs/s",
+            "backlog of what is left",
+            "all of capacity",
+        ],
+        [
+            [
+                run["title"],
+                _stream_p95(run),
+                "-"
+                if run["stream_waiting_for_a_slot"]["p95_s"] is None
+                else f"{num(run['stream_waiting_for_a_slot']['p95_s'], 2)} s",
+                "-" if run["solo_service_s"] is None else f"{num(run['solo_service_s'], 2)} s",
+                "-" if run["high_p95_over_service"] is None else f"{run['high_p95_over_service']:.1f}{TIMES}",
+                num(run["backlog_jobs_per_s"], 2),
+                pct(run["backlog_share_of_what_is_left"], 0),
+                pct(run["total_share_of_capacity"], 0),
+            ]
+            for run in runs
+        ],
+        right=range(1, 8),
+    )
+    lines += [
+        "",
+        "The stream's wait is accepted to first claimed: the part of its time the tiers decide. In one tier "
+        "the stream's jobs are the tenant's own and wait their turn behind its backlog (same priority, "
+        "oldest first); jobs of other tenants would be served sooner by the fair claim.",
+        "",
+    ]
+    return lines
+
+
 def scale_summary(scale: Doc) -> list[list[str]]:
     """The worst claim shape and the largest backlog, each against its floor."""
     at = f"`scale.json` {run_date(scale)}"
@@ -1308,6 +1425,9 @@ def summary_rows(results: Mapping[str, Doc]) -> list[list[str]]:
     if drain_many:
         at = f"`drain_many.json` {run_date(drain_many)}"
         rows += drain_summary(drain_many, at, f", {drain_many['config']['light_tenants']:,} light tenants")
+    drain_tiers = results.get("drain_tiers")
+    if drain_tiers:
+        rows += drain_tiers_summary(drain_tiers)
     scale = results.get("scale")
     if scale:
         rows += scale_summary(scale)
@@ -1648,6 +1768,7 @@ SECTIONS: dict[str, Callable[[Doc], list[str]]] = {
     "drain": drain_section,
     "drain_tokens": drain_tokens_section,
     "drain_many": drain_many_section,
+    "drain_tiers": drain_tiers_section,
     "scale": scale_section,
     "openloop": openloop_section,
     "accuracy": accuracy_section,

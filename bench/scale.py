@@ -498,6 +498,7 @@ class AcceptBench:
                 "options": Jsonb({}),
                 "metadata": Jsonb({}),
                 "priority": 5,
+                "service_tier": "normal",
                 "max_attempts": 5,
                 "estimated_tokens": 5000,
                 "document_bytes": 1000,

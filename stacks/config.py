@@ -17,6 +17,7 @@ from aws_cdk import aws_logs as logs
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 from pydantic_settings import BaseSettings
 
+from tollgate.core.tiers import SERVICE_TIERS, ServiceTier
 from tollgate.settings import (
     AdmissionSettings,
     ApiSettings,
@@ -122,6 +123,9 @@ WorkerTuning = _settings_section(
         "provider_tokens_per_minute",
         "provider_max_in_flight",
         "provider_structured_output",
+        "limiter_share_normal",
+        "limiter_share_batch",
+        "limiter_recall_seconds",
         "drain_seconds",
     ),
 )
@@ -157,6 +161,50 @@ FARGATE_MEMORY = {
     2048: tuple(range(4096, 16385, 1024)),
     4096: tuple(range(8192, 30721, 1024)),
 }
+
+
+class WorkerTierService(BaseModel):
+    """A worker service of its own for one service tier (``worker_tiers``). The service of the normal tier is
+    the one ``worker`` and ``worker_min_tasks``/``worker_max_tasks`` size; it also runs the jobs of every tier
+    that has no service of its own."""
+
+    model_config = _SECTION_CONFIG
+
+    execution_slots: int = Field(
+        default=0,
+        ge=0,
+        le=256,
+        description="Attempts one task of the tier's service runs at once; 0: the tier gets no service and "
+        "the normal service runs its jobs.",
+    )
+    min_tasks: int = Field(default=1, ge=1, description="Scaling minimum of the tier's service.")
+    max_tasks: int = Field(default=2, ge=1, le=100, description="Scaling ceiling of the tier's service.")
+    claim_idle_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="The service's wait between claims when idle, instead of worker.claim_idle_seconds: a "
+        "job's queue message may wake another tier's worker, so an idle service finds its tier's new jobs by "
+        "looking, and a high tier may want to look more often.",
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> WorkerTierService:
+        if self.min_tasks > self.max_tasks:
+            raise ValueError("min_tasks exceeds max_tasks")
+        return self
+
+
+class WorkerService(BaseModel):
+    """One ECS worker service as the stack builds it: which tiers it claims, its slots and its scaling."""
+
+    model_config = _SECTION_CONFIG
+
+    tier: ServiceTier
+    serves: tuple[ServiceTier, ...]
+    execution_slots: int
+    min_tasks: int
+    max_tasks: int
+    claim_idle_seconds: float
 
 
 def settings_environment(section: BaseModel) -> dict[str, str]:
@@ -322,6 +370,14 @@ class StageConfig(BaseModel):
         ge=60,
         description="Age of the oldest eligible job at which a task is added even if the backlog is small.",
     )
+    worker_tiers: dict[Literal["high", "batch"], WorkerTierService] = Field(
+        default_factory=dict,
+        description=(
+            'A worker service per service tier: {"high": {"execution_slots": 4, "min_tasks": 1, '
+            '"max_tasks": 2}, "batch": {...}}. A tier left out (or with 0 slots) is run by the normal '
+            "service, which the worker_* fields size."
+        ),
+    )
 
     archive_infrequent_access_days: int = Field(
         default=30,
@@ -434,6 +490,32 @@ class StageConfig(BaseModel):
                 "would only report jobs that have already expired"
             )
         return self
+
+    @property
+    def worker_services(self) -> list[WorkerService]:
+        """The normal tier's service first (it serves every tier without a service of its own), then one per
+        tier with slots, highest first."""
+        own = {tier: service for tier, service in self.worker_tiers.items() if service.execution_slots}
+        normal = WorkerService(
+            tier="normal",
+            serves=tuple(tier for tier in SERVICE_TIERS if tier == "normal" or tier not in own),
+            execution_slots=self.worker.execution_slots,
+            min_tasks=self.worker_min_tasks,
+            max_tasks=self.worker_max_tasks,
+            claim_idle_seconds=self.worker.claim_idle_seconds,
+        )
+        return [normal] + [
+            WorkerService(
+                tier=tier,
+                serves=(tier,),
+                execution_slots=own[tier].execution_slots,
+                min_tasks=own[tier].min_tasks,
+                max_tasks=own[tier].max_tasks,
+                claim_idle_seconds=own[tier].claim_idle_seconds or self.worker.claim_idle_seconds,
+            )
+            for tier in SERVICE_TIERS
+            if tier in own
+        ]
 
     @property
     def environment(self) -> cdk.Environment | None:

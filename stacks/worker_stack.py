@@ -23,7 +23,13 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from stacks.config import REPO_ROOT, WORKER_STOP_TIMEOUT_SECONDS, StageConfig, settings_environment
+from stacks.config import (
+    REPO_ROOT,
+    WORKER_STOP_TIMEOUT_SECONDS,
+    StageConfig,
+    WorkerService,
+    settings_environment,
+)
 from stacks.constructs.backlog_metrics import OLDEST_ELIGIBLE_JOB_AGE, RUNNABLE_JOBS, scheduler_metric
 from stacks.constructs.documents_access import DocumentsReadAccess
 from stacks.constructs.entrypoint_function import METRICS_NAMESPACE
@@ -43,9 +49,11 @@ EGRESS = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
 
 
 class WorkerStack(cdk.Stack):
-    """Owns the ECS cluster, the worker service and its scaling, and the OpenAI API key secret.
+    """Owns the ECS cluster, the worker services (one per service tier with its own, stage config
+    ``worker_tiers``) and their scaling, the provider budget table, and the OpenAI API key secret.
 
-    Exposes ``service`` and ``log_group``: ObservabilityStack graphs the tasks and counts the ERROR lines."""
+    Exposes ``service`` (the normal tier's), ``services`` and ``log_group``: ObservabilityStack graphs the
+    tasks and counts the ERROR lines."""
 
     def __init__(
         self,
@@ -110,10 +118,54 @@ class WorkerStack(cdk.Stack):
             encryption=dynamodb.TableEncryption.AWS_MANAGED,
             removal_policy=config.cdk_removal_policy,
         )
-        self.task_definition = ecs.FargateTaskDefinition(
+        # One service per tier that has its own (stage config ``worker_tiers``); the normal tier's keeps
+        # the construct ids it had before tiers, so a deployment adds the others beside it.
+        self.services: dict[str, ecs.FargateService] = {}
+        self.task_definitions: dict[str, ecs.FargateTaskDefinition] = {}
+        for spec in config.worker_services:
+            self._tier_service(
+                config,
+                spec,
+                database_proxy=database_proxy,
+                database_secret=database_secret,
+                database_clients=database_clients,
+                documents_bucket=documents_bucket,
+                job_queues=job_queues,
+                relay_function=relay_function,
+            )
+        self.service = self.services["normal"]
+        self.task_definition = self.task_definitions["normal"]
+
+        cdk.CfnOutput(self, "ClusterName", value=self.cluster.cluster_name)
+        cdk.CfnOutput(self, "ServiceName", value=self.service.service_name)
+        cdk.CfnOutput(
             self,
-            "Task",
-            family=f"tollgate-{config.stage}-worker",
+            "OpenAiApiKeySecretName",
+            # The literal name: the secret's own attribute would render as an ARN-splitting expression.
+            value=self.openai_api_key_name,
+            description="Put the OpenAI API key here: aws secretsmanager put-secret-value --secret-id <name>",
+        )
+        cdk.CfnOutput(self, "WorkerLogGroup", value=self.log_group.log_group_name)
+
+    def _tier_service(
+        self,
+        config: StageConfig,
+        spec: WorkerService,
+        *,
+        database_proxy: rds.IDatabaseProxy,
+        database_secret: secretsmanager.ISecret,
+        database_clients: ec2.ISecurityGroup,
+        documents_bucket: s3.IBucket,
+        job_queues: Mapping[str, sqs.IQueue],
+        relay_function: lambda_.IFunction,
+    ) -> None:
+        """The task definition, service and scaling of one tier's workers."""
+        prefix = "" if spec.tier == "normal" else spec.tier.capitalize()
+        family = f"tollgate-{config.stage}-worker" + ("" if spec.tier == "normal" else f"-{spec.tier}")
+        task_definition = ecs.FargateTaskDefinition(
+            self,
+            f"{prefix}Task",
+            family=family,
             cpu=config.worker_cpu,
             memory_limit_mib=config.worker_memory_mib,
             runtime_platform=ecs.RuntimePlatform(
@@ -121,7 +173,7 @@ class WorkerStack(cdk.Stack):
                 operating_system_family=ecs.OperatingSystemFamily.LINUX,
             ),
         )
-        self.container = self.task_definition.add_container(
+        container = task_definition.add_container(
             CONTAINER_NAME,
             container_name=CONTAINER_NAME,
             image=ecs.ContainerImage.from_asset(
@@ -132,7 +184,7 @@ class WorkerStack(cdk.Stack):
             ),
             essential=True,
             environment={
-                **self._environment(config, database_proxy, database_secret, job_queues),
+                **self._environment(config, spec, database_proxy, database_secret, job_queues),
                 # One provider budget for every task: requests/min, tokens/min and calls in flight.
                 "LIMITER_TABLE": self.limiter_table.table_name,
                 # A deployed worker refuses to start without its budget table or its provider key.
@@ -151,25 +203,32 @@ class WorkerStack(cdk.Stack):
             ),
             stop_timeout=STOP_TIMEOUT,
             # An init process as PID 1 forwards SIGTERM to Python and reaps any child processes.
-            linux_parameters=ecs.LinuxParameters(self, "LinuxParameters", init_process_enabled=True),
+            linux_parameters=ecs.LinuxParameters(self, f"{prefix}LinuxParameters", init_process_enabled=True),
         )
         acknowledge(
-            self.task_definition,
+            task_definition,
             "AwsSolutions-ECS2",
             "The environment holds only non-secret settings (resource names, limits, model names), each a "
             "field of WorkerSettings checked at start and by an infrastructure test; the OpenAI key is an "
             "ECS secret and the database password is read from Secrets Manager by the worker itself.",
         )
-        self._grant(config, database_secret, documents_bucket, job_queues)
+        self._grant(
+            config,
+            task_definition=task_definition,
+            prefix=prefix,
+            database_secret=database_secret,
+            documents_bucket=documents_bucket,
+            job_queues=job_queues,
+        )
         # The unqualified name is what the nudge invokes: the function and $LATEST, no version wildcard.
-        relay_function.grant_invoke_latest_version(self.task_definition.task_role)
-        self.limiter_table.grant_read_write_data(self.task_definition.task_role)
+        relay_function.grant_invoke_latest_version(task_definition.task_role)
+        self.limiter_table.grant_read_write_data(task_definition.task_role)
 
-        self.service = ecs.FargateService(
+        service = ecs.FargateService(
             self,
-            "Service",
+            f"{prefix}Service",
             cluster=self.cluster,
-            task_definition=self.task_definition,
+            task_definition=task_definition,
             vpc_subnets=EGRESS,
             # The group RDS Proxy and the VPC endpoints admit; its egress is HTTPS (the provider through NAT,
             # AWS through the endpoints) and PostgreSQL to the proxy, nothing else (DataStack).
@@ -178,7 +237,7 @@ class WorkerStack(cdk.Stack):
             assign_public_ip=False,
             # The scaling minimum from the first deployment on; CloudFormation only sets it again when the
             # configured minimum changes, so scaling decisions survive ordinary deployments.
-            desired_count=config.worker_min_tasks,
+            desired_count=spec.min_tasks,
             # A deployment starts new tasks before stopping old ones, so ingress never pauses.
             min_healthy_percent=100,
             max_healthy_percent=200,
@@ -186,22 +245,18 @@ class WorkerStack(cdk.Stack):
             propagate_tags=ecs.PropagatedTagSource.SERVICE,
             enable_execute_command=False,
         )
-        self._scale(config)
-
-        cdk.CfnOutput(self, "ClusterName", value=self.cluster.cluster_name)
-        cdk.CfnOutput(self, "ServiceName", value=self.service.service_name)
-        cdk.CfnOutput(
-            self,
-            "OpenAiApiKeySecretName",
-            # The literal name: the secret's own attribute would render as an ARN-splitting expression.
-            value=self.openai_api_key_name,
-            description="Put the OpenAI API key here: aws secretsmanager put-secret-value --secret-id <name>",
-        )
-        cdk.CfnOutput(self, "WorkerLogGroup", value=self.log_group.log_group_name)
+        self._scale(config, service, spec)
+        self.services[spec.tier] = service
+        self.task_definitions[spec.tier] = task_definition
+        if spec.tier == "normal":
+            self.container = container
+        else:
+            cdk.CfnOutput(self, f"{prefix}ServiceName", value=service.service_name)
 
     def _environment(
         self,
         config: StageConfig,
+        spec: WorkerService,
         database_proxy: rds.IDatabaseProxy,
         database_secret: secretsmanager.ISecret,
         job_queues: Mapping[str, sqs.IQueue],
@@ -215,7 +270,7 @@ class WorkerStack(cdk.Stack):
             "DATABASE_SECRET_ARN": database_secret.secret_arn,
             "DATABASE_HOST": database_proxy.endpoint,
             # A connection per execution slot, plus ingress and the claim loop; RDS Proxy multiplexes them.
-            "DATABASE_POOL_SIZE": str(config.worker.execution_slots + 2),
+            "DATABASE_POOL_SIZE": str(spec.execution_slots + 2),
             # Every job type's queue: the worker runs a receive loop for each.
             "JOB_QUEUE_URLS": self.to_json_string(
                 {name: queue.queue_url for name, queue in job_queues.items()}
@@ -226,23 +281,30 @@ class WorkerStack(cdk.Stack):
             **settings_environment(config.retry),
             **settings_environment(config.worker),
             **settings_environment(config.pricing),
+            # Per service: its tiers, slots and idle wait (the normal service's are the worker section's).
+            "EXECUTION_SLOTS": str(spec.execution_slots),
+            "CLAIM_IDLE_SECONDS": str(spec.claim_idle_seconds),
+            "WORKER_SERVICE_TIERS": ",".join(spec.serves),
         }
 
     def _grant(
         self,
         config: StageConfig,
+        *,
+        task_definition: ecs.FargateTaskDefinition,
+        prefix: str,
         database_secret: secretsmanager.ISecret,
         documents_bucket: s3.IBucket,
         job_queues: Mapping[str, sqs.IQueue],
     ) -> None:
-        task_role = self.task_definition.task_role
+        task_role = task_definition.task_role
         for queue in job_queues.values():
             queue.grant_consume_messages(task_role)
         database_secret.grant_read(task_role)
         DocumentsReadAccess(
-            self, "Documents", config=config, documents_bucket=documents_bucket, role=task_role
+            self, f"{prefix}Documents", config=config, documents_bucket=documents_bucket, role=task_role
         )
-        execution_role = self.task_definition.execution_role
+        execution_role = task_definition.execution_role
         assert execution_role is not None, "an asset image and an ECS secret give the task an execution role"
         acknowledge(
             execution_role,
@@ -252,12 +314,10 @@ class WorkerStack(cdk.Stack):
             "other action appears with Resource '*'.",
         )
 
-    def _scale(self, config: StageConfig) -> None:
+    def _scale(self, config: StageConfig, service: ecs.FargateService, spec: WorkerService) -> None:
         """Step scaling on the scheduler's gauges: backlog size adds tasks fast and idleness removes them
         slowly; the age of the oldest eligible job adds one even when a few slow jobs make a small backlog."""
-        scaling = self.service.auto_scale_task_count(
-            min_capacity=config.worker_min_tasks, max_capacity=config.worker_max_tasks
-        )
+        scaling = service.auto_scale_task_count(min_capacity=spec.min_tasks, max_capacity=spec.max_tasks)
         backlog = config.worker_scale_out_runnable_jobs
         scaling.scale_on_metric(
             "ScaleOutOnBacklog",

@@ -9,10 +9,12 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from tollgate.core.tiers import SERVICE_TIERS, ServiceTier
 from tollgate.execution.llm.output import StructuredOutput
 from tollgate.jobtypes.registry import JOB_TYPES
 
@@ -329,6 +331,34 @@ class LimiterSettings(BaseSettings):
         le=1,
         description="Share of the configured rate added back per successful call, up to the configured rate.",
     )
+    limiter_share_normal: float = Field(
+        default=0.8,
+        gt=0,
+        le=1,
+        description="Share of the pool's in-flight calls and tokens the normal tier may fill while a "
+        "high-tier call waits for budget; the rest is kept for high. With no high-tier call waiting, normal "
+        "may use the whole pool.",
+    )
+    limiter_share_batch: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="Share of the pool the batch tier may fill while a high- or normal-tier call waits; at "
+        "most limiter_share_normal. With no higher tier waiting, batch may use the whole pool.",
+    )
+    limiter_recall_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="How long one denied higher-tier call holds lower tiers at their shares unless it asks "
+        "again (a waiting call asks every ~0.1 s; its grant ends the hold at once).",
+    )
+
+    @model_validator(mode="after")
+    def _tiers_in_order(self) -> LimiterSettings:
+        if self.limiter_share_batch > self.limiter_share_normal:
+            raise ValueError("LIMITER_SHARE_BATCH exceeds LIMITER_SHARE_NORMAL: batch would outrank normal")
+        return self
 
 
 class WorkerSettings(
@@ -366,10 +396,17 @@ class WorkerSettings(
         "it goes to review (each attempt keeps its own model, tokens and cost).",
     )
     execution_slots: int = Field(default=4, ge=1, le=256, description="Attempts one worker runs at once.")
+    worker_service_tiers: Annotated[tuple[ServiceTier, ...], NoDecode] = Field(
+        default=SERVICE_TIERS,
+        description="Service tiers whose jobs this worker claims, comma-separated (`high`, `normal`, "
+        "`batch`); its slots look at them highest first. A deployed stage gives each tier service its own.",
+    )
     lease_seconds: int = Field(default=60, ge=5, description="Lease on a claimed job; heartbeats extend it.")
     heartbeat_seconds: float = Field(default=15.0, gt=0, description="How often a running attempt renews.")
     tenant_max_in_flight: int = Field(
-        default=8, ge=1, description="Running jobs per tenant across all workers (fairness cap)."
+        default=8,
+        ge=1,
+        description="Running jobs per tenant and service tier across all workers (fairness cap).",
     )
     claim_idle_seconds: float = Field(
         default=2.0, gt=0, description="Wait between claims when nothing is runnable (or until nudged)."
@@ -391,6 +428,21 @@ class WorkerSettings(
         description="The stage the worker is deployed in (set by the CDK); then it refuses to start without "
         "LIMITER_TABLE and a provider key. Unset for local runs.",
     )
+
+    @field_validator("worker_service_tiers", mode="before")
+    @classmethod
+    def _tier_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, list | tuple):
+            if not value:
+                raise ValueError("a worker serves at least one service tier")
+            if len(set(value)) != len(value):
+                raise ValueError("a service tier is named twice")
+            # Highest first whatever the order given: a slot looks at the tiers in this order.
+            known = [tier for tier in SERVICE_TIERS if tier in value]
+            return tuple(known) if len(known) == len(value) else value
+        return value
 
     @model_validator(mode="after")
     def _deployed_promises(self) -> WorkerSettings:

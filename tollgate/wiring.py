@@ -241,6 +241,7 @@ def worker_config(settings: WorkerSettings) -> WorkerConfig:
         tenant_cap=settings.tenant_max_in_flight,
         idle_seconds=settings.claim_idle_seconds,
         drain_seconds=settings.drain_seconds,
+        service_tiers=settings.worker_service_tiers,
     )
 
 

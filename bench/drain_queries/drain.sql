@@ -56,3 +56,12 @@ WITH made AS (
     WHERE s.tenant_id = %(template)s
 )
 SELECT tenant_id FROM made ORDER BY name
+
+-- name: tier_job_times
+-- The tier benchmark's jobs: their tier, and when each was accepted, first claimed and finished.
+SELECT j.job_id, j.service_tier, j.state, j.created_at, j.finished_at, min(a.started_at) AS first_claimed_at,
+       coalesce(sum(a.latency_ms), 0) / 1000.0 AS call_s
+FROM extraction_jobs j
+LEFT JOIN job_attempts a USING (job_id)
+WHERE j.tenant_id = ANY(%(tenant_ids)s::uuid[])
+GROUP BY j.job_id

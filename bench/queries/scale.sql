@@ -93,7 +93,10 @@ SELECT EXISTS (
 ) AS present
 
 -- name: scale_backfill
-SELECT tollgate_backfill_queues()
+-- The tenants' counters, then (where the schema has them, migration 0017) the run-queue rows per tier.
+SELECT tollgate_backfill_queues(),
+       (SELECT count(*) FROM (SELECT tollgate_backfill_tier_queues()
+                              WHERE to_regproc('tollgate_backfill_tier_queues') IS NOT NULL) AS tiers)
 
 -- name: scale_vacuum_analyze
 -- After a seed: hint bits set, visibility map current, statistics fresh, so the first measured claim does

@@ -103,6 +103,9 @@ CASES = {
     "unknown-schema-version": (_with(schema_version="invoice.v9"), 422, "validation-failed"),
     "unknown-model-policy": (_with(model_policy="cheapest"), 422, "validation-failed"),
     "priority-too-high": (_with(priority=10), 422, "validation-failed"),
+    "unknown-service-tier": (_with(service_tier="urgent"), 422, "validation-failed"),
+    "service-tier-wrong-case": (_with(service_tier="HIGH"), 422, "validation-failed"),
+    "service-tier-wrong-type": (_with(service_tier=1), 422, "validation-failed"),
     "priority-wrong-type": (_with(priority="high"), 422, "validation-failed"),
     # A value of another JSON type is refused, never coerced: false is not priority 0, "600" not a number.
     "priority-a-boolean": (_with(priority=False), 422, "validation-failed"),

@@ -109,7 +109,8 @@ def test_a_claim_ends_its_share_of_expired_jobs_then_still_takes_a_runnable_one(
             "UPDATE extraction_jobs SET deadline_at = now() - interval '1 minute' WHERE tenant_id = %s",
             (expired.tenant_id,),
         )
-        conn.execute("UPDATE tenant_queues SET vtime = 1000 WHERE tenant_id = %s", (runnable.tenant_id,))
+        # (The claim orders each tier's run-queue; these jobs are all of the default, normal, tier.)
+        conn.execute("UPDATE tier_queues SET vtime = 1000 WHERE tenant_id = %s", (runnable.tenant_id,))
 
     [(taken, _)] = claim_tenants(system_db, 1)
 

@@ -58,3 +58,26 @@ def test_a_worker_with_no_key_and_no_server_refuses_instead_of_sending_a_placeho
 def test_the_harness_switches_are_not_settings_of_a_production_worker():
     """Crash points and the benchmark's baseline limiters belong to the harness's own worker entrypoint."""
     assert not set(WorkerSettings.model_fields) & {"crashpoints", "crash_tokens_dir", "limiter_mode"}
+
+
+def test_a_worker_serves_every_tier_unless_told_and_reads_a_list_highest_first(monkeypatch):
+    assert settings(**DEPLOYED).worker_service_tiers == ("high", "normal", "batch")
+    monkeypatch.setenv("WORKER_SERVICE_TIERS", "batch, normal")
+    assert settings(**DEPLOYED).worker_service_tiers == ("normal", "batch")
+    monkeypatch.setenv("WORKER_SERVICE_TIERS", "high")
+    assert settings(**DEPLOYED).worker_service_tiers == ("high",)
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [("urgent", "'high', 'normal' or 'batch'"), ("", "at least one"), ("high,high", "named twice")],
+)
+def test_a_worker_refuses_a_tier_list_it_cannot_serve(monkeypatch, value, named):
+    monkeypatch.setenv("WORKER_SERVICE_TIERS", value)
+    with pytest.raises(ValidationError, match=named):
+        settings(**DEPLOYED)
+
+
+def test_batch_may_not_be_given_a_larger_share_than_normal():
+    with pytest.raises(ValidationError, match="LIMITER_SHARE_BATCH exceeds LIMITER_SHARE_NORMAL"):
+        settings(**DEPLOYED, limiter_share_normal=0.4, limiter_share_batch=0.6)

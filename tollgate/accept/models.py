@@ -21,6 +21,7 @@ from pydantic import (
 from tollgate.core.documents import DocumentReference, InlineDocument
 from tollgate.core.job_states import JobState
 from tollgate.core.models import NO_NUL, Strict
+from tollgate.core.tiers import ServiceTier
 from tollgate.jobtypes.base import JobType
 from tollgate.jobtypes.invoice_extraction.options import InvoiceOptions
 from tollgate.jobtypes.registry import DEFAULT_JOB_TYPE, JOB_TYPES
@@ -77,6 +78,13 @@ class CreateJobRequest(Strict):
     )
     deadline_seconds: int | None = Field(
         default=None, ge=60, strict=True, description="Seconds from acceptance by which the job must finish."
+    )
+    # Like priority, it says when and by whom the job runs, never what its result is: not part of identity.
+    service_tier: ServiceTier = Field(
+        default="normal",
+        description="Which worker service runs the job and which share of the provider budget it draws on: "
+        "`high` (reserved capacity, for work someone waits for), `normal`, or `batch` (what is left). "
+        "Not part of identity.",
     )
     metadata: dict[
         Annotated[str, StringConstraints(max_length=64, pattern=NO_NUL)],
@@ -161,6 +169,7 @@ class JobView(BaseModel):
     schema_version: str
     model_policy: str
     priority: int
+    service_tier: ServiceTier
     attempt: int
     max_attempts: int
     document: DocumentView

@@ -102,7 +102,8 @@ class AcceptanceDeps:
 def request_hash(request: CreateJobRequest, document: CanonicalDocument) -> str:
     """Identity of a request: everything that changes the result, nothing that does not.
 
-    Priority, deadline and metadata (a filename, say) are left out; defaults are written out, so sending a
+    Priority, service tier, deadline and metadata (a filename, say) are left out: they say when and where
+    the job runs, not what its result is; defaults are written out, so sending a
     default explicitly is the same request as leaving it out.
     """
     identity = {
@@ -199,6 +200,7 @@ def accept_job(
                     "options": Jsonb(request.options.model_dump(mode="json")),
                     "metadata": Jsonb(request.metadata),
                     "priority": request.priority,
+                    "service_tier": request.service_tier,
                     "max_attempts": settings.default_max_attempts,
                     "estimated_tokens": estimated,
                     "document_bytes": document.size_bytes,
@@ -346,6 +348,7 @@ def job_view(row: dict[str, Any]) -> JobView:
         schema_version=row["schema_version"],
         model_policy=row["model_policy"],
         priority=row["priority"],
+        service_tier=row["service_tier"],
         attempt=row["attempt"],
         max_attempts=row["max_attempts"],
         document=DocumentView(

@@ -200,6 +200,7 @@ def _print_job(job: JobDetail) -> None:
     field("tenant", f"{job.tenant} ({job.tenant_id})")
     field("state", f"{job.state} (version {job.state_version}), attempt {job.attempt}/{job.max_attempts}")
     field("type", job.job_type)
+    field("tier", f"{job.service_tier}, priority {job.priority}")
     field("created", _when(job.created_at))
     field("deadline", _when(job.deadline_at))
     field("finished", _when(job.finished_at) or "-")

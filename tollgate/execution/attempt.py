@@ -46,6 +46,7 @@ from tollgate.core.metrics import (
 )
 from tollgate.core.observability import trace_keys
 from tollgate.core.retry import Jitter, RetryPolicy, next_attempt_at
+from tollgate.core.tiers import DEFAULT_SERVICE_TIER, SERVICE_TIERS, ServiceTier
 from tollgate.db import Database
 from tollgate.db.database import Conn
 from tollgate.events import (
@@ -171,17 +172,30 @@ class Claimed:
 CLAIM_ROUNDS = 3
 
 
-async def claim_within_budget(deps: ExecutionDeps, *, tenant_cap: int, stop: asyncio.Event) -> Claimed | None:
-    """Budget first, then the claim. None when nothing is runnable, or on stop.
+async def claim_within_budget(
+    deps: ExecutionDeps,
+    *,
+    tenant_cap: int,
+    stop: asyncio.Event,
+    service_tiers: tuple[ServiceTier, ...] = SERVICE_TIERS,
+) -> Claimed | None:
+    """Budget first, then the claim, for the first of ``service_tiers`` (highest first) that has a job
+    runnable; the permit is asked for in that tier's share of the budget. None when nothing is runnable,
+    or on stop.
 
     Raises LimiterUnavailable when the budget cannot be reached: nothing is claimed then (fail closed), so
     no attempt is spent on a call that could not be made.
     """
     for _ in range(CLAIM_ROUNDS):
-        tokens = await asyncio.to_thread(peek_next_job, deps.db, deps.clock, tenant_cap=tenant_cap)
-        if tokens is None:
+        for tier in service_tiers:
+            tokens = await asyncio.to_thread(
+                peek_next_job, deps.db, deps.clock, tenant_cap=tenant_cap, service_tier=tier
+            )
+            if tokens is not None:
+                break
+        else:
             return None
-        permit = await wait_for_permit(deps, tokens, stop)
+        permit = await wait_for_permit(deps, tokens, stop, service_tier=tier)
         if not isinstance(permit, Permit):
             return None
         try:
@@ -192,6 +206,7 @@ async def claim_within_budget(deps: ExecutionDeps, *, tenant_cap: int, stop: asy
                 worker_id=deps.worker_id,
                 lease_seconds=deps.lease_seconds,
                 tenant_cap=tenant_cap,
+                service_tier=tier,
             )
         except BaseException:
             await _cancel_quietly(deps, permit)
@@ -220,7 +235,12 @@ class Holding:
 
 
 async def wait_for_permit(
-    deps: ExecutionDeps, tokens: int, stop: asyncio.Event, holding: Holding | None = None
+    deps: ExecutionDeps,
+    tokens: int,
+    stop: asyncio.Event,
+    holding: Holding | None = None,
+    *,
+    service_tier: ServiceTier = DEFAULT_SERVICE_TIER,
 ) -> Permit | NoPermit:
     """The one way a slot waits for the provider budget: before its claim, or with its job held.
 
@@ -234,7 +254,8 @@ async def wait_for_permit(
     Raises LimiterUnavailable (fail closed, no call): what that costs is the caller's to say, as it depends
     on whether a job is held.
     """
-    reservation = Reservation(deps.provider_pool, tokens)
+    tier = holding.job.service_tier if holding is not None else service_tier
+    reservation = Reservation(deps.provider_pool, tokens, tier)
     interrupts = (stop,) if holding is None else (stop, holding.lost)
     while (ended := _interrupted(stop, holding)) is None:
         granted = await asyncio.to_thread(deps.limiter.try_acquire, reservation)

@@ -1,11 +1,11 @@
 """Claiming jobs with a lease and a fence, and keeping the lease alive while the attempt runs.
 
-The claim is one short transaction: pick fairly across tenants (the per-tenant run-queue of migration
-0010), move the job to RUNNING with attempt+1 and fence+1, open the attempt record, commit. Inference runs
-after that commit. A worker claims only once it holds the provider budget for a call (sized by
-``peek_next_job``), so a claimed job never waits for budget and the claim's choice across tenants is made
-when a call can go out. A heartbeat extends the lease only
-while the fence still matches; when it does not, the attempt has lost the job and must stop.
+The claim is one short transaction for one service tier: pick fairly across the tenants with work in that
+tier (the per-tenant, per-tier run-queue of migrations 0010 and 0017), move the job to RUNNING with
+attempt+1 and fence+1, open the attempt record, commit. Inference runs after that commit. A worker claims
+only once it holds the provider budget for a call (sized by ``peek_next_job``), so a claimed job never
+waits for budget and the claim's choice across tenants is made when a call can go out. A heartbeat extends
+the lease only while the fence still matches; when it does not, the attempt has lost the job and must stop.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from psycopg.types.json import Jsonb
 
 from tollgate.core.clock import Clock, IdFactory, new_id
 from tollgate.core.job_states import JobState, checked_transition
+from tollgate.core.tiers import DEFAULT_SERVICE_TIER, ServiceTier
 from tollgate.db import Database
 from tollgate.db.database import Conn
 from tollgate.events import ExtractionFailed
@@ -41,6 +42,7 @@ class ClaimedJob:
     job_type: str = "invoice_extraction"
     options: dict[str, Any] = field(default_factory=dict)
     model_escalated: bool = False  # the small model's result failed validation: this attempt is the large's
+    service_tier: ServiceTier = DEFAULT_SERVICE_TIER
 
 
 # How many tenants a claim looks at per read of the run-queue, and how many it tries in all before it
@@ -64,9 +66,11 @@ def claim_next_job(
     worker_id: str,
     lease_seconds: float,
     tenant_cap: int,
+    service_tier: ServiceTier = DEFAULT_SERVICE_TIER,
     new_id: IdFactory = new_id,
 ) -> ClaimedJob | None:
-    """The fair claim: the runnable tenant with the least virtual time, then its best job (DESIGN §4).
+    """The fair claim within one service tier: the tier's runnable tenant with the least virtual time, then
+    its best job of that tier (DESIGN §4).
 
     One short transaction of index reads, whatever the number of tenants, jobs or waiting retries: promote
     the few tenants whose time has come, walk the run-queue from the least virtual time, and take the first
@@ -81,6 +85,7 @@ def claim_next_job(
             worker_id=worker_id,
             lease_seconds=lease_seconds,
             tenant_cap=tenant_cap,
+            service_tier=service_tier,
             new_id=new_id,
         )
 
@@ -94,17 +99,27 @@ def claim_in(
     lease_seconds: float,
     tenant_cap: int,
     new_id: IdFactory,
+    service_tier: ServiceTier = DEFAULT_SERVICE_TIER,
 ) -> ClaimedJob | None:
     """``claim_next_job`` in the caller's transaction (the scale benchmark rolls it back each time)."""
     checked_transition(frozenset({JobState.READY, JobState.RETRY_SCHEDULED}), JobState.RUNNING)
-    params = {"now": now, "worker_id": worker_id, "lease_until": now + timedelta(seconds=lease_seconds)}
+    params = {
+        "now": now,
+        "worker_id": worker_id,
+        "lease_until": now + timedelta(seconds=lease_seconds),
+        "service_tier": service_tier,
+    }
     expired = tried = passed = 0
-    conn.execute(db.q.promote_waking_tenants, {"now": now, "limit": PROMOTIONS_PER_CLAIM})
+    conn.execute(
+        db.q.promote_waking_tier_queues,
+        {"now": now, "limit": PROMOTIONS_PER_CLAIM, "service_tier": service_tier},
+    )
     after_vtime, after_seq = _BEFORE_EVERY_TENANT
     while tried < TENANTS_PER_CLAIM:
         tenants = conn.execute(
-            db.q.runnable_tenants,
+            db.q.runnable_tier_tenants,
             {
+                "service_tier": service_tier,
                 "tenant_cap": tenant_cap,
                 "after_vtime": after_vtime,
                 "after_seq": after_seq,
@@ -122,8 +137,11 @@ def claim_in(
                 ).fetchone()
                 if row is None:
                     # Nothing due, or every due job held by another worker right now: only the first
-                    # takes the tenant out of the run-queue until its next job's time.
-                    conn.execute(db.q.demote_tenant, {"tenant_id": tenant["tenant_id"], "now": now})
+                    # takes the tenant's tier queue out of the run-queue until its next job's time.
+                    conn.execute(
+                        db.q.demote_tier_queue,
+                        {"tenant_id": tenant["tenant_id"], "service_tier": service_tier, "now": now},
+                    )
                     break
                 outcome = row.pop("outcome")
                 if outcome == "claimed":
@@ -180,12 +198,20 @@ def fail_job(
     return True
 
 
-def peek_next_job(db: Database, clock: Clock, *, tenant_cap: int) -> int | None:
-    """The estimated tokens of the job a claim would pick now, or None when nothing is runnable. Takes
-    nothing: a slot sizes the budget it acquires before claiming by this."""
+def peek_next_job(
+    db: Database, clock: Clock, *, tenant_cap: int, service_tier: ServiceTier = DEFAULT_SERVICE_TIER
+) -> int | None:
+    """The estimated tokens of the job a claim for ``service_tier`` would pick now, or None when nothing of
+    that tier is runnable. Takes nothing: a slot sizes the budget it acquires before claiming by this."""
     with db.transaction() as conn:
         row = conn.execute(
-            db.q.peek_next_job, {"now": clock.now(), "tenant_cap": tenant_cap, "limit": TENANTS_PER_READ}
+            db.q.peek_next_tier_job,
+            {
+                "now": clock.now(),
+                "tenant_cap": tenant_cap,
+                "limit": TENANTS_PER_READ,
+                "service_tier": service_tier,
+            },
         ).fetchone()
     return None if row is None else int(row["estimated_tokens"])
 

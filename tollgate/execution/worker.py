@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from aws_lambda_powertools import Logger
 
 from tollgate.core.observability import log_context
+from tollgate.core.tiers import SERVICE_TIERS, ServiceTier
 from tollgate.execution.attempt import Claimed, ExecutionDeps, claim_within_budget, job_log_keys, run_attempt
 from tollgate.execution.leasing import release_job
 from tollgate.execution.limiter.base import LimiterUnavailable
@@ -39,6 +40,8 @@ class WorkerConfig:
     drain_seconds: float
     # How often counted metrics are written out (CloudWatch aggregates them per minute anyway).
     metrics_flush_seconds: float = 60.0
+    # The tiers whose jobs this worker's slots claim, highest first.
+    service_tiers: tuple[ServiceTier, ...] = SERVICE_TIERS
 
 
 async def _wait(event: asyncio.Event, timeout: float) -> None:
@@ -80,7 +83,9 @@ async def _run_slot(
 ) -> None:
     while not stop.is_set():
         try:
-            claimed = await claim_within_budget(deps, tenant_cap=config.tenant_cap, stop=stop)
+            claimed = await claim_within_budget(
+                deps, tenant_cap=config.tenant_cap, stop=stop, service_tiers=config.service_tiers
+            )
         except LimiterUnavailable as error:
             # Fail closed before the claim: the jobs stay runnable and no attempt is spent on them.
             logger.warning("provider budget unavailable; claiming nothing", extra={"error": str(error)})

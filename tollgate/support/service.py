@@ -585,6 +585,8 @@ class JobDetail(BaseModel):
     tenant_id: UUID
     tenant: str
     job_type: str
+    service_tier: str
+    priority: int
     state: str
     state_version: int
     attempt: int

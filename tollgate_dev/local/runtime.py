@@ -1,5 +1,6 @@
 """Assembles the whole system in one process: PostgreSQL, moto, the simulated provider, the API and its
-authorizer, the relay, the scheduler and two workers, each piece built by the same wiring as in AWS."""
+authorizer, the relay, the scheduler and two workers (each serving a group of service tiers), each piece
+built by the same wiring as in AWS."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import boto3
 from pydantic import SecretStr
 
 from tollgate.core.metrics import RecordedMetrics
+from tollgate.core.tiers import ServiceTier
 from tollgate.db import Database, build_database
 from tollgate.db.migrations import apply_migrations
 from tollgate.delivery.attempts import attempt_delivery
@@ -112,6 +114,10 @@ class LocalStack:
     dispatcher_arn: str | None = None
     loops: dict[str, Loop] = field(default_factory=dict)
     workers: int = 2
+    # The service tiers each worker claims, highest first, in turn: like the deployed tier services, a
+    # high-tier job always finds a worker that high work comes first for, and a batch backlog has a worker
+    # of its own to drain on, while normal jobs (what most callers send) have both.
+    worker_tiers: tuple[tuple[ServiceTier, ...], ...] = (("high", "normal"), ("normal", "batch"))
     worker_overrides: dict[str, Any] = field(default_factory=dict)
     simulator_config: SimulatorConfig = field(default_factory=lambda: LOCAL_SIMULATOR)
     simulator: SimulatedProvider | None = None
@@ -291,11 +297,13 @@ class LocalStack:
             overrides["openai_api_key"] = SecretStr("simulated")
             self._closers.append(self.simulator.stop)
         for number in range(1, self.workers + 1):
+            tiers = self.worker_tiers[(number - 1) % len(self.worker_tiers)]
             settings = WorkerSettings(
                 database_url=url,
                 job_queue_urls=urls,
                 documents_bucket=LOCAL_BUCKET,
                 worker_id=f"local-worker-{number}",
+                worker_service_tiers=tiers,
                 # Short waits keep Ctrl-C prompt; in AWS the worker long-polls for 20 s.
                 ingress_wait_seconds=1,
                 claim_idle_seconds=1.0,

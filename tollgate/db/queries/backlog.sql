@@ -41,6 +41,12 @@ SELECT (SELECT count(*) FROM outbox_events) AS events,
        (SELECT count(*) FROM outbox_events WHERE published_at IS NOT NULL) AS published,
        (SELECT count(*) FROM execution_inbox) AS received
 
+-- name: limit_shard_lock_wait
+-- The shard check waits this long at most for its locks: a statement changing several jobs takes their shards
+-- in job order, not shard order, so waiting for all sixteen could close a cycle with it. Below PostgreSQL's
+-- deadlock_timeout (1 s), so the check gives way first, and the next tick checks again.
+SET LOCAL lock_timeout = '500ms'
+
 -- name: lock_backlog_shards
 -- Every shard, in one order: until the commit no job changes state, so the run-queue rows and the shards
 -- each statement after this reads are two counts of the same jobs.

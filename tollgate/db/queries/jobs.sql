@@ -19,12 +19,12 @@ WHERE j.tenant_id = %(tenant_id)s AND j.idempotency_key = %(idempotency_key)s
 INSERT INTO extraction_jobs (
     job_id, tenant_id, idempotency_key, request_hash, job_type, document_id, schema_version,
     model_policy, options, metadata, priority, max_attempts, estimated_tokens, document_bytes,
-    deadline_at, trace_context, reserved_usd, spend_month)
+    deadline_at, trace_context, reserved_usd, spend_month, service_tier)
 VALUES (
     %(job_id)s, %(tenant_id)s, %(idempotency_key)s, %(request_hash)s, %(job_type)s, %(document_id)s,
     %(schema_version)s, %(model_policy)s, %(options)s, %(metadata)s, %(priority)s, %(max_attempts)s,
     %(estimated_tokens)s, %(document_bytes)s, %(deadline_at)s, %(trace_context)s, %(reserved_usd)s,
-    %(spend_month)s)
+    %(spend_month)s, %(service_tier)s)
 RETURNING *
 
 -- name: get_job
@@ -51,20 +51,22 @@ WHERE tenant_id = %(tenant_id)s AND job_id = %(job_id)s AND state IN ('READY', '
 RETURNING job_id, tenant_id, state_version, attempt, trace_context
 
 -- name: claim_tenant_job
--- One tenant's best job that no other worker holds (SKIP LOCKED): its first READY job by priority and age,
--- or its earliest due retry if that ranks higher; each probe is an index range. The job becomes RUNNING
+-- One tenant's best job of one service tier that no other worker holds (SKIP LOCKED): its first READY job
+-- of the tier by priority and age, or its earliest due retry if that ranks higher; each probe is an index
+-- range (migration 0017's per-tier indexes). The job becomes RUNNING
 -- with attempt+1 and fence+1 and its attempt record opens, in this one statement. A job found past its
 -- deadline is not claimed: it comes back with outcome 'expired' for the caller to end.
 WITH ready AS (
     SELECT job_id, priority, created_at, deadline_at FROM extraction_jobs
-    WHERE tenant_id = %(tenant_id)s AND state = 'READY' AND attempt < max_attempts
+    WHERE tenant_id = %(tenant_id)s AND service_tier = %(service_tier)s AND state = 'READY'
+      AND attempt < max_attempts
     ORDER BY priority DESC, created_at
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 ), due AS (
     SELECT job_id, priority, created_at, deadline_at FROM extraction_jobs
-    WHERE tenant_id = %(tenant_id)s AND state = 'RETRY_SCHEDULED' AND next_attempt_at <= %(now)s
-      AND attempt < max_attempts
+    WHERE tenant_id = %(tenant_id)s AND service_tier = %(service_tier)s AND state = 'RETRY_SCHEDULED'
+      AND next_attempt_at <= %(now)s AND attempt < max_attempts
     ORDER BY next_attempt_at
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -81,7 +83,7 @@ WITH ready AS (
     WHERE j.job_id = picked.job_id AND picked.deadline_at > %(now)s
     RETURNING j.job_id, j.tenant_id, j.attempt, j.max_attempts, j.fence, j.deadline_at, j.document_id,
               j.model_policy, j.estimated_tokens, j.trace_context, j.state_version, j.job_type, j.options,
-              j.model_escalated
+              j.model_escalated, j.service_tier
 ), opened AS (
     INSERT INTO job_attempts (job_id, attempt, tenant_id, fence, worker_id, started_at)
     SELECT job_id, attempt, tenant_id, fence, %(worker_id)s, %(now)s FROM claimed
@@ -90,48 +92,9 @@ SELECT 'claimed' AS outcome, claimed.* FROM claimed
 UNION ALL
 SELECT 'expired', j.job_id, j.tenant_id, j.attempt, j.max_attempts, j.fence, j.deadline_at, j.document_id,
        j.model_policy, j.estimated_tokens, j.trace_context, j.state_version, j.job_type, j.options,
-       j.model_escalated
+       j.model_escalated, j.service_tier
 FROM picked JOIN extraction_jobs j USING (job_id)
 WHERE picked.deadline_at <= %(now)s
-
--- name: peek_next_job
--- The estimated tokens of the job a claim would pick now (the same tenants in the same order, the same
--- probes), without taking it: a slot sizes its budget permit by it before it claims. Nothing is locked, so
--- the job claimed a moment later may be another one; the slot then resizes the permit to that job's
--- estimate. Tenants whose time has come but that no claim has promoted yet are read as the claim would
--- promote them (at the lifted virtual time), and a job past its deadline is sized like any other (the claim
--- ends it and takes the next).
-WITH floor AS (
-    SELECT coalesce(min(vtime), 0) AS vtime FROM tenant_queues WHERE runnable
-), t AS (
-    (SELECT tenant_id, vtime, seq FROM tenant_queues
-     WHERE runnable AND running_jobs < %(tenant_cap)s
-     ORDER BY vtime, seq DESC
-     LIMIT %(limit)s)
-    UNION ALL
-    (SELECT q.tenant_id, greatest(q.vtime, floor.vtime), q.seq FROM tenant_queues q, floor
-     WHERE NOT q.runnable AND q.next_ready_at <= %(now)s AND q.running_jobs < %(tenant_cap)s
-     ORDER BY q.next_ready_at, q.seq
-     LIMIT %(limit)s)
-)
-SELECT best.estimated_tokens
-FROM t
-CROSS JOIN LATERAL (
-    SELECT estimated_tokens FROM (
-        (SELECT estimated_tokens, priority, created_at FROM extraction_jobs
-         WHERE tenant_id = t.tenant_id AND state = 'READY' AND attempt < max_attempts
-         ORDER BY priority DESC, created_at LIMIT 1)
-        UNION ALL
-        (SELECT estimated_tokens, priority, created_at FROM extraction_jobs
-         WHERE tenant_id = t.tenant_id AND state = 'RETRY_SCHEDULED' AND next_attempt_at <= %(now)s
-           AND attempt < max_attempts
-         ORDER BY next_attempt_at LIMIT 1)
-    ) candidates
-    ORDER BY priority DESC, created_at
-    LIMIT 1
-) best
-ORDER BY t.vtime, t.seq DESC
-LIMIT 1
 
 -- name: extend_lease
 UPDATE extraction_jobs SET lease_until = %(lease_until)s

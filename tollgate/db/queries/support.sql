@@ -16,8 +16,8 @@ ORDER BY j.created_at DESC
 LIMIT %(limit)s
 
 -- name: support_show_job
-SELECT j.job_id, j.tenant_id, t.name AS tenant, j.job_type, j.state, j.state_version, j.attempt,
-       j.max_attempts, j.deadline_at, j.created_at, j.finished_at, j.last_error,
+SELECT j.job_id, j.tenant_id, t.name AS tenant, j.job_type, j.service_tier, j.priority, j.state,
+       j.state_version, j.attempt, j.max_attempts, j.deadline_at, j.created_at, j.finished_at, j.last_error,
        r.policy_version, coalesce(r.review_reasons, '[]'::jsonb) AS review_reasons
 FROM extraction_jobs j
 JOIN tenants t USING (tenant_id)

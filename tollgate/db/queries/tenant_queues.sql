@@ -1,40 +1,6 @@
--- tenant_queues: each tenant's run-queue row and counters (migration 0010), kept by the trigger on
--- extraction_jobs. Here: what the claim does to the run-queue itself (promote, read in order, demote) and
--- the scheduler's reconciliation against a recount.
-
--- name: promote_waking_tenants
--- Tenants whose first queued job may run now join the claim's index, at most a few per claim. Each starts
--- no lower than the least virtual time among runnable tenants (the counter lift), so time spent idle or
--- waiting for a retry is not banked as a claim on the budget.
-WITH floor AS (
-    SELECT coalesce(min(vtime), 0) AS vtime FROM tenant_queues WHERE runnable
-), woken AS (
-    SELECT tenant_id FROM tenant_queues
-    WHERE NOT runnable AND next_ready_at <= %(now)s
-    ORDER BY next_ready_at, seq
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE tenant_queues q
-SET runnable = true, vtime = greatest(q.vtime, floor.vtime)
-FROM woken, floor
-WHERE q.tenant_id = woken.tenant_id
-
--- name: runnable_tenants
--- The runnable tenants under their in-flight cap, least virtual time first (ties: the newer queue), after
--- a position (vtime, seq) already tried: the first entries of tenant_queues_by_vtime, whatever the number
--- of tenants.
-SELECT tenant_id, vtime, seq
-FROM tenant_queues
-WHERE runnable AND running_jobs < %(tenant_cap)s
-  AND (vtime > %(after_vtime)s OR (vtime = %(after_vtime)s AND seq < %(after_seq)s))
-ORDER BY vtime, seq DESC
-LIMIT %(limit)s
-
--- name: demote_tenant
--- A runnable tenant whose queued jobs all wait for a later time leaves the claim's index until then.
-UPDATE tenant_queues SET runnable = false
-WHERE tenant_id = %(tenant_id)s AND runnable AND (next_ready_at IS NULL OR next_ready_at > %(now)s)
+-- tenant_queues: each tenant's counters (migration 0010), kept by the trigger on extraction_jobs. Here: the
+-- scheduler's reconciliation against a recount. The claim's run-queue is per service tier since migration
+-- 0017 (tier_queues.sql).
 
 -- name: lock_queues_to_reconcile
 -- The queue rows recounted longest ago, locked: while a row is held, a job change of its tenant waits at the

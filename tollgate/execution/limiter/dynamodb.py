@@ -18,6 +18,14 @@ the AIMD share of the configured rates, the provider's own limits from its ``x-r
 running totals of what it granted, which bring the provider's headroom (read when it admitted a call, a
 round trip ago) up to date. A TTL attribute lets DynamoDB remove the items of pools nobody uses any more.
 
+Tiers (base.py ``TierShares``): the item holds, per tier that ranks above another, until when it is waiting
+(``waiting_high``, ``waiting_normal``). A denied caller of such a tier sets its mark; its grant clears it. A
+lower tier's acquire reads the marks it was planned from: with a higher tier waiting it is planned against
+its ceiling (a smaller in-flight cap and a smaller part of the token bucket, stricter than the pool's and so
+safe whatever happened since); with none waiting it may use the whole pool, on the condition, in the same
+write, that no higher tier has marked itself waiting since. A mark and a borrow therefore never cross: the
+first write after a mark holds lower tiers back.
+
 A caller denied by an older copy of the item looks again with a strongly consistent read before it says
 so: a read costs a fraction of a failed conditional write, and waiting callers ask often.
 
@@ -45,8 +53,16 @@ from aws_lambda_powertools import Logger
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tollgate.core.clock import Clock, IdFactory, new_id
+from tollgate.core.tiers import SERVICE_TIERS, ServiceTier
 from tollgate.execution.limiter.aimd import AimdPolicy, capped_ceiling, headroom_from_headers
-from tollgate.execution.limiter.base import Denied, LimiterUnavailable, Outcome, Permit, Reservation
+from tollgate.execution.limiter.base import (
+    Denied,
+    LimiterUnavailable,
+    Outcome,
+    Permit,
+    Reservation,
+    TierShares,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -67,6 +83,12 @@ PROVIDER_TPM = "provider_tpm"
 # be brought up to date with the calls granted since.
 REQUESTS_SENT = "req_sent"
 TOKENS_SENT = "tok_sent"
+
+
+def waiting_attribute(tier: ServiceTier) -> str:
+    """Until when ``tier`` is waiting for budget: while it is, the tiers below it keep to their ceilings."""
+    return f"waiting_{tier}"
+
 
 # Buckets hold a minute's worth, like the provider's per-minute limits they mirror.
 WINDOW_SECONDS = 60.0
@@ -148,6 +170,7 @@ class ShardState:
     provider_tpm: int | None = None
     requests_sent: float = 0.0
     tokens_sent: float = 0.0
+    waiting: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_item(cls, item: Mapping[str, Any]) -> ShardState:
@@ -171,7 +194,11 @@ class ShardState:
             provider_tpm=optional(PROVIDER_TPM),
             requests_sent=number(REQUESTS_SENT, 0.0),
             tokens_sent=number(TOKENS_SENT, 0.0),
+            waiting={tier: number(waiting_attribute(tier), 0.0) for tier in SERVICE_TIERS},
         )
+
+    def waiting_above(self, tier: ServiceTier, now: float) -> bool:
+        return any(self.waiting.get(higher, 0.0) > now for higher in TierShares.above(tier))
 
     def live_permits(self, now: float) -> int:
         return sum(1 for expiry in self.permits.values() if expiry > now)
@@ -327,6 +354,7 @@ class DynamoDbLimiter:
         local_allowance_per_minute: int = 0,
         rng: random.Random | None = None,
         new_permit_id: IdFactory = new_id,
+        tier_shares: TierShares | None = None,
     ) -> None:
         if shards < 1 or shards > max_in_flight:
             raise ValueError("between 1 shard and one shard per in-flight permit")
@@ -341,6 +369,7 @@ class DynamoDbLimiter:
         self._in_flight_caps = split_evenly(max_in_flight, shards)
         self._ttl = permit_ttl_seconds
         self._aimd = aimd or AimdPolicy()
+        self._tiers = tier_shares or TierShares()
         self._rng = rng or random.Random()  # noqa: S311 - load spreading, not security
         self._new_permit_id = new_permit_id
         self._allowance = (
@@ -474,6 +503,7 @@ class DynamoDbLimiter:
                 state,
                 shard=shard,
                 tokens=reservation.tokens,
+                tier=reservation.tier,
                 permit_id=permit_id,
                 now_at=now,
                 expires_at=expires_at,
@@ -489,6 +519,8 @@ class DynamoDbLimiter:
         # comes from a full bucket.
         granted = self._write_planned(self._key(reservation.pool, shard), plan, make_missing=True)
         if isinstance(granted, Denied):
+            if granted.reason != "cooldown" and self._tiers.recalls(reservation.tier):
+                self._mark_waiting(reservation, shard, now)
             return granted
         if not isinstance(granted, ShardState):
             return Denied(CONTENTION_WAIT_SECONDS * (1 + self._jitter()), "contention")
@@ -498,12 +530,29 @@ class DynamoDbLimiter:
             self._sent_at_grant[permit_id] = (granted.requests_sent, granted.tokens_sent)
         return Permit(permit_id, reservation.pool, reservation.tokens, expires_at)
 
+    def _mark_waiting(self, reservation: Reservation, shard: int, now_at: datetime) -> None:
+        """This tier waits for budget on this shard: lower tiers keep to their ceilings until the mark runs
+        out. Renewed once half of it is gone, so a caller polling every tenth of a second writes it a few
+        times a second at most; its next grant clears it."""
+        now = now_at.timestamp()
+        until = now + self._tiers.recall_seconds
+
+        def plan(state: ShardState, fresh: bool) -> _Update | None:
+            if state.waiting.get(reservation.tier, 0.0) >= now + self._tiers.recall_seconds / 2:
+                return None
+            update = _Update()
+            update.sets.append(f"{update.name(waiting_attribute(reservation.tier))} = {update.value(until)}")
+            return update
+
+        self._write_planned(self._key(reservation.pool, shard), plan)
+
     def _plan_acquire(
         self,
         state: ShardState,
         *,
         shard: int,
         tokens: int,
+        tier: ServiceTier,
         permit_id: str,
         now_at: datetime,
         expires_at: datetime,
@@ -517,7 +566,19 @@ class DynamoDbLimiter:
         if state.cooldown_until > now:
             return Denied(state.cooldown_until - now, "cooldown"), update
 
-        requests_per_second, tokens_per_second, cap = self._effective(state, shard)
+        requests_per_second, tokens_per_second, pool_cap = self._effective(state, shard)
+        # A higher tier waiting: this tier keeps to its ceiling, which is stricter than the pool's, so it
+        # needs no condition. None waiting: the whole pool, provided none has started waiting since.
+        recalled = state.waiting_above(tier, now)
+        if not recalled:
+            for higher in TierShares.above(tier):
+                mark = update.name(waiting_attribute(higher))
+                update.conditions.append(f"(attribute_not_exists({mark}) OR {mark} <= {update.value(now)})")
+        cap = self._tiers.in_flight_cap(tier, pool_cap, recalled)
+        token_window = self._tiers.window(tier, WINDOW_SECONDS, recalled)
+        if self._tiers.recalls(tier) and state.waiting.get(tier, 0.0) > now:
+            # Granted: this tier is not waiting any more (another caller of it still waiting marks again).
+            update.sets.append(f"{update.name(waiting_attribute(tier))} = {update.value(0)}")
         expired = state.expired_permits(now)[:MAX_RECLAIMED_PER_ACQUIRE]
         # Counting every permit, expired ones included, is exact only while those are still there to be
         # removed: each is a condition, so one already reclaimed by someone else fails this round.
@@ -526,17 +587,21 @@ class DynamoDbLimiter:
             update.conditions.append(f"attribute_exists({update.permit(stale)})")
             update.removes.append(update.permit(stale))
         update.sets.append(f"{update.permit(permit_id)} = {update.value(expires_at.timestamp())}")
-        if state.live_permits(now) >= cap:
-            waits.append((IN_FLIGHT_POLL_SECONDS * (0.5 + self._jitter()), "in_flight"))
+        live = state.live_permits(now)
+        if live >= cap:
+            reason = "in_flight" if live >= pool_cap else "reserved"
+            waits.append((IN_FLIGHT_POLL_SECONDS * (0.5 + self._jitter()), reason))
 
-        for attribute, full_at, cost, reason in (
-            (REQUESTS, state.requests_full_at, 1 / requests_per_second, "requests"),
-            (TOKENS, state.tokens_full_at, tokens / tokens_per_second, "tokens"),
+        for attribute, full_at, cost, window, reason in (
+            (REQUESTS, state.requests_full_at, 1 / requests_per_second, WINDOW_SECONDS, "requests"),
+            (TOKENS, state.tokens_full_at, tokens / tokens_per_second, token_window, "tokens"),
         ):
-            update.take(attribute, full_at, now, cost, WINDOW_SECONDS)
-            wait = bucket_wait(full_at, now, cost)
+            update.take(attribute, full_at, now, cost, window)
+            wait = bucket_wait(full_at, now, cost, window)
             if wait > 0:
-                waits.append((wait, reason))
+                # "reserved": the pool has the room, but it is kept for a waiting higher tier.
+                kept = window < WINDOW_SECONDS and bucket_wait(full_at, now, cost) == 0
+                waits.append((wait, "reserved" if kept else reason))
         update.add_to_total(REQUESTS_SENT, 1)
         update.add_to_total(TOKENS_SENT, tokens)
         update.keep_item(now)

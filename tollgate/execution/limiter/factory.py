@@ -11,7 +11,7 @@ from botocore.config import Config
 
 from tollgate.core.clock import Clock
 from tollgate.execution.limiter.aimd import AimdPolicy
-from tollgate.execution.limiter.base import Limiter
+from tollgate.execution.limiter.base import Limiter, TierShares
 from tollgate.execution.limiter.dynamodb import DynamoDbLimiter, derive_shards
 from tollgate.execution.limiter.local import InProcessLimiter
 from tollgate.settings import LimiterSettings
@@ -24,6 +24,14 @@ if TYPE_CHECKING:
 LIMITER_CLIENT_CONFIG = Config(
     connect_timeout=1, read_timeout=2, retries={"mode": "standard", "max_attempts": 2}
 )
+
+
+def tier_shares(settings: LimiterSettings) -> TierShares:
+    return TierShares(
+        normal=settings.limiter_share_normal,
+        batch=settings.limiter_share_batch,
+        recall_seconds=settings.limiter_recall_seconds,
+    )
 
 
 def build_limiter(settings: LimiterSettings, clock: Clock, dynamodb: DynamoDBClient | None = None) -> Limiter:
@@ -42,6 +50,7 @@ def build_limiter(settings: LimiterSettings, clock: Clock, dynamodb: DynamoDBCli
                 decrease_factor=settings.limiter_aimd_decrease, increase_step=settings.limiter_aimd_increase
             ),
             local_allowance_per_minute=settings.limiter_unavailable_allowance_per_minute,
+            tier_shares=tier_shares(settings),
         )
     return InProcessLimiter(
         clock,
@@ -49,4 +58,5 @@ def build_limiter(settings: LimiterSettings, clock: Clock, dynamodb: DynamoDBCli
         tokens_per_minute=settings.provider_tokens_per_minute,
         max_in_flight=settings.provider_max_in_flight,
         permit_ttl_seconds=settings.limiter_permit_ttl_seconds,
+        tier_shares=tier_shares(settings),
     )

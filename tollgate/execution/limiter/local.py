@@ -1,15 +1,17 @@
 """An in-process limiter: the same budget for the calls of one process. It is exact for one worker and
-the fallback for tests; several workers share a budget only through the DynamoDB limiter."""
+the fallback for tests; several workers share a budget only through the DynamoDB limiter. Tiers share it
+as they share the DynamoDB one (base.py): a waiting higher tier holds lower tiers at their ceilings."""
 
 from __future__ import annotations
 
 import dataclasses
 import threading
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from tollgate.core.clock import Clock
-from tollgate.execution.limiter.base import Denied, Outcome, Permit, Reservation
+from tollgate.core.tiers import ServiceTier
+from tollgate.execution.limiter.base import Denied, Outcome, Permit, Reservation, TierShares
 
 DEFAULT_COOLDOWN_SECONDS = 1.0
 
@@ -23,8 +25,12 @@ class InProcessLimiter:
         tokens_per_minute: float,
         max_in_flight: int,
         permit_ttl_seconds: float = 300.0,
+        tier_shares: TierShares | None = None,
     ) -> None:
         self._clock = clock
+        self._shares = tier_shares or TierShares()
+        # Until when each tier is waiting for budget (set on its denials, cleared by its grant).
+        self._waiting: dict[ServiceTier, datetime] = {}
         self._rpm = requests_per_minute
         self._tpm = tokens_per_minute
         self._max_in_flight = max_in_flight
@@ -53,12 +59,14 @@ class InProcessLimiter:
             now = self._clock.now()
             if now < self._cooldown_until:
                 return Denied((self._cooldown_until - now).total_seconds(), "cooldown")
-            if len(self._in_flight) >= self._max_in_flight:
-                return Denied(0.05, "in_flight")
-            if self._requests < 1:
-                return Denied((1 - self._requests) * 60 / self._rpm, "requests")
-            if self._tokens < reservation.tokens:
-                return Denied((reservation.tokens - self._tokens) * 60 / self._tpm, "tokens")
+            tier = reservation.tier
+            recalled = any(self._waiting.get(higher, now) > now for higher in self._shares.above(tier))
+            denied = self._deny(reservation, recalled)
+            if denied is not None:
+                if self._shares.recalls(tier):
+                    self._waiting[tier] = now + timedelta(seconds=self._shares.recall_seconds)
+                return denied
+            self._waiting.pop(tier, None)
             self._requests -= 1
             self._tokens -= reservation.tokens
             permit = Permit(
@@ -66,6 +74,21 @@ class InProcessLimiter:
             )
             self._in_flight[permit.permit_id] = permit
             return permit
+
+    def _deny(self, reservation: Reservation, recalled: bool) -> Denied | None:
+        """Why ``reservation`` cannot be granted now, or None; "reserved" when only a higher tier's share
+        stands in the way."""
+        cap = self._shares.in_flight_cap(reservation.tier, self._max_in_flight, recalled)
+        # The tier may empty this part of the token bucket: what it must leave is the higher tiers'.
+        kept = self._tpm * (1 - self._shares.window(reservation.tier, 1.0, recalled))
+        if len(self._in_flight) >= cap:
+            return Denied(0.05, "in_flight" if cap == self._max_in_flight else "reserved")
+        if self._requests < 1:
+            return Denied((1 - self._requests) * 60 / self._rpm, "requests")
+        if self._tokens - kept < reservation.tokens:
+            wait = (reservation.tokens + kept - self._tokens) * 60 / self._tpm
+            return Denied(wait, "tokens" if not kept or self._tokens < reservation.tokens else "reserved")
+        return None
 
     def release(self, permit: Permit, outcome: Outcome) -> None:
         with self._lock:
