@@ -182,6 +182,11 @@ include-name = "POST /extraction-jobs/{{job_id}}/review"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404", "409", "412", "422", "428", "429"]
 
 [[operations]]
+include-name = "GET /usage"
+# A day must exist (2026-02-30 does not) and a range be at most 366 days, in order (422).
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "422", "429"]
+
+[[operations]]
 include-name = ["POST /webhook-endpoints", "PATCH /webhook-endpoints/{{endpoint_id}}"]
 # An endpoint's URL must be https with a host and without credentials or a fragment (422).
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "404", "422", "429"]

@@ -13,6 +13,10 @@ from tollgate.api.routes.shared import authenticated_tenant, documented, new_rou
 from tollgate.tenants.keys import Scope
 from tollgate.usage.service import UsageReport, get_usage, parse_usage_query, utc_today
 
+DAY = r"^\d{4}-\d{2}-\d{2}$"
+_DIMENSION = "(day|job_type|model)"
+GROUP_BY = rf"^({_DIMENSION}(,{_DIMENSION})*)?$"
+
 
 def build_router(deps: ApiDeps) -> APIGatewayRouter:
     router = new_router()
@@ -30,15 +34,22 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
     def read_usage(
         from_: Annotated[
             str | None,
-            Query(alias="from", description="First UTC day (YYYY-MM-DD); default the 1st of to's month."),
+            Query(
+                alias="from",
+                description="First UTC day (YYYY-MM-DD); default the 1st of to's month.",
+                pattern=DAY,
+            ),
         ] = None,
         to: Annotated[
-            str | None, Query(description="Last UTC day, inclusive (YYYY-MM-DD); default today.")
+            str | None,
+            Query(description="Last UTC day, inclusive (YYYY-MM-DD); default today.", pattern=DAY),
         ] = None,
         group_by: Annotated[
             str | None,
             Query(
-                description="Comma list of day, job_type, model; empty sums the whole range.", max_length=64
+                description="Comma list of day, job_type, model; empty sums the whole range.",
+                max_length=64,
+                pattern=GROUP_BY,
             ),
         ] = None,
     ) -> Response[str]:
