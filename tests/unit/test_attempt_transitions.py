@@ -42,6 +42,10 @@ def running_job(clock: FakeClock) -> ClaimedJob:
         estimated_tokens=100,
         trace_context=None,
         state_version=2,
+        job_type="invoice_extraction",
+        options={},
+        model_escalated=False,
+        service_tier="normal",
     )
 
 

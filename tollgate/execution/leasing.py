@@ -10,7 +10,7 @@ the lease only while the fence still matches; when it does not, the attempt has 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -39,10 +39,11 @@ class ClaimedJob:
     estimated_tokens: int
     trace_context: str | None
     state_version: int
-    job_type: str = "invoice_extraction"
-    options: dict[str, Any] = field(default_factory=dict)
-    model_escalated: bool = False  # the small model's result failed validation: this attempt is the large's
-    service_tier: ServiceTier = DEFAULT_SERVICE_TIER
+    # No defaults: a claim query that forgot one would otherwise run every job as an invoice, silently.
+    job_type: str
+    options: dict[str, Any]
+    model_escalated: bool  # the small model's result failed validation: this attempt is the large model's
+    service_tier: ServiceTier
 
 
 # How many tenants a claim looks at per read of the run-queue, and how many it tries in all before it
