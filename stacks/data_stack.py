@@ -121,8 +121,8 @@ class DataStack(cdk.Stack):
             self.database_cluster.connections.allow_default_port_from(self.database_proxy, "RDS Proxy")
             self.database_endpoint: str = self.database_proxy.endpoint
         else:
-            self.database_cluster.connections.allow_default_port_from(
-                self.database_clients, "Tollgate compute"
+            self.database_cluster.connections.allow_from(
+                self.database_clients, ec2.Port.tcp(POSTGRES_PORT), "Tollgate compute"
             )
             self.database_endpoint = self.database_cluster.cluster_endpoint.hostname
         self.database_cluster.connections.allow_default_port_from(self.migration_clients, "Migrations")
