@@ -151,9 +151,10 @@ locally, and a deployed stage keeps its default."""
 # What one webhook attempt does besides sending: load the delivery, record the outcome (through RDS Proxy).
 WEBHOOK_ATTEMPT_DATABASE_SECONDS = 15
 
-# How long a jobs-queue message may wait for a worker service scaled to zero: the queue-depth alarm
-# (a one-minute metric that SQS may publish minutes late), the scaling action, and a Fargate task's start.
-WORKER_COLD_START_SECONDS = 600
+# How long a jobs-queue message may wait for a worker service scaled to zero: the queue-depth alarm, the
+# scaling action and a Fargate task's start take a few minutes, but SQS publishes no metrics for a queue idle
+# for six hours and its first ones after that can come up to about 15 minutes late.
+WORKER_COLD_START_SECONDS = 1200
 
 # Longest wait for a PostgreSQL connection in a stage whose cluster pauses: Aurora's resume takes about
 # 15 s, and the API must still answer within API Gateway's 29 s.

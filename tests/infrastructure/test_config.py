@@ -187,13 +187,13 @@ def test_worker_bounds_must_be_ordered() -> None:
 
 
 def test_a_worker_service_that_stops_when_idle_needs_a_queue_age_alarm_that_allows_a_start() -> None:
-    with pytest.raises(ValidationError, match="jobs_queue_age_alarm_seconds >= 600"):
-        StageConfig(stage="dev", worker_min_tasks=0)
-    with pytest.raises(ValidationError, match="jobs_queue_age_alarm_seconds >= 600"):
+    with pytest.raises(ValidationError, match="jobs_queue_age_alarm_seconds >= 1200"):
+        StageConfig(stage="dev", worker_min_tasks=0, jobs_queue_age_alarm_seconds=1199)
+    with pytest.raises(ValidationError, match="jobs_queue_age_alarm_seconds >= 1200"):
         StageConfig(stage="dev", worker_tiers={"high": {"execution_slots": 2, "min_tasks": 0}})
 
     assert (
-        StageConfig(stage="dev", worker_min_tasks=0, jobs_queue_age_alarm_seconds=600).worker_min_tasks == 0
+        StageConfig(stage="dev", worker_min_tasks=0, jobs_queue_age_alarm_seconds=1200).worker_min_tasks == 0
     )
 
 
