@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_events as events
 from aws_cdk import aws_logs as logs
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 from pydantic_settings import BaseSettings
@@ -306,9 +307,18 @@ class StageConfig(BaseModel):
             "scheduler's gauges in alarms and scaling. Each tick connects to PostgreSQL, so with "
             "aurora_min_acu 0 the cluster can only pause if ticks are further apart than the pause delay. "
             "Longer ticks delay what only the scheduler does: reaping a dead worker's leases, deadlines, "
-            "restarting stalled deliveries, and the sweep's pick-up of an event whose nudge was lost."
+            "restarting stalled deliveries, and the sweep's pick-up of an event whose nudge was lost. A "
+            "divisor of 60, so both schedules fire at the same minutes of the hour and wake the cluster once."
         ),
     )
+
+    @field_validator("tick_minutes")
+    @classmethod
+    def _divides_the_hour(cls, value: int) -> int:
+        if 60 % value:
+            raise ValueError("tick_minutes must divide 60 (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30 or 60)")
+        return value
+
     aurora_readers: int = Field(default=0, ge=0, le=2, description="Serverless v2 readers for failover.")
     backup_retention_days: int = Field(default=7, ge=1, le=35)
     iam_database_authentication: bool = True
@@ -629,6 +639,14 @@ class StageConfig(BaseModel):
     def tick_words(self) -> str:
         """ "every minute" or "every N minutes", for descriptions."""
         return "every minute" if self.tick_minutes == 1 else f"every {self.tick_minutes} minutes"
+
+    @property
+    def tick_schedule(self) -> events.Schedule:
+        """Every minute, or at fixed minutes of the hour: two rules on one rate would each fire at an offset
+        of its own creation time, and two unaligned ticks would wake a pausing cluster twice per period."""
+        if self.tick_minutes == 1:
+            return events.Schedule.rate(cdk.Duration.minutes(1))
+        return events.Schedule.cron(minute=f"0/{self.tick_minutes}")
 
     @property
     def tick_period(self) -> cdk.Duration:

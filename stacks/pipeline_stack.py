@@ -167,7 +167,7 @@ class PipelineStack(cdk.Stack):
                 "EveryMinute",
                 description=f"Tollgate {config.stage}: {what} {config.tick_words}",
                 # Every minute unless the stage spaces ticks out so a pausing cluster can pause.
-                schedule=events.Schedule.rate(config.tick_period),
+                schedule=config.tick_schedule,
                 targets=[
                     targets.LambdaFunction(
                         handler.function, event=events.RuleTargetInput.from_object({"source": source})

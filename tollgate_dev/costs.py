@@ -57,6 +57,8 @@ PROXY_MINIMUM_ACUS = 8
 AWAKE_FLOOR_ACUS = 0.5
 # Aurora's default pause delay when a cluster has min capacity 0 and names none.
 DEFAULT_AUTO_PAUSE_SECONDS = 300
+# A scheduled tick's own run, at most: the scheduler's timeout is 55 s.
+TICK_RUN_SECONDS = 60
 
 NOT_COUNTED = (
     "Not counted (they scale with use, and an idle stage uses them little): requests and invocations (API "
@@ -120,23 +122,51 @@ def _rate_seconds(expression: str) -> int | None:
     return int(match.group(1)) * unit
 
 
+def _cron_seconds(expression: str) -> int | None:
+    """The interval of a cron expression that repeats within a day: ``cron(0/30 * * * ? *)`` -> 1800, a
+    fixed minute of every hour -> 3600, a fixed time of every day -> 86,400; anything else -> None."""
+    match = re.fullmatch(r"cron\((\S+) (\S+) \* \* \? \*\)", expression.strip())
+    if match is None:
+        return None
+    minute, hour = match.groups()
+    step = re.fullmatch(r"(?:0|\*)/(\d+)", minute)
+    if step and hour == "*":
+        return int(step.group(1)) * 60
+    if minute.isdigit():
+        return 3600 if hour == "*" else 86_400 if hour.isdigit() else None
+    return None
+
+
+def wake_intervals(templates: Iterable[Template]) -> list[int]:
+    """The app's scheduled wake-ups, as one interval (seconds) per independent schedule. Rules with the same
+    cron expression fire together and count once; each rate rule fires at an offset of its own creation
+    time, so each counts on its own."""
+    crons: dict[str, int] = {}
+    intervals: list[int] = []
+    for _, rule in _of_type(_resources(templates), "AWS::Events::Rule"):
+        expression = str(_properties(rule).get("ScheduleExpression", ""))
+        rate = _rate_seconds(expression)
+        if rate is not None:
+            intervals.append(rate)
+        cron = _cron_seconds(expression)
+        if cron is not None:
+            crons[expression] = cron
+    return sorted(intervals + list(crons.values()))
+
+
 def shortest_schedule_seconds(templates: Iterable[Template]) -> int | None:
     """The most frequent scheduled rule of the app: the ticks that connect to the database."""
-    rates = [
-        _rate_seconds(str(_properties(rule)["ScheduleExpression"]))
-        for _, rule in _of_type(_resources(templates), "AWS::Events::Rule")
-        if "ScheduleExpression" in _properties(rule)
-    ]
-    known = [rate for rate in rates if rate is not None]
-    return min(known) if known else None
+    intervals = wake_intervals(templates)
+    return intervals[0] if intervals else None
 
 
 def awake_fraction(cluster: Mapping[str, Any], templates: list[Template]) -> float:
     """The share of an idle month a 0-ACU cluster is not paused.
 
-    After each scheduled tick the cluster stays up while the tick's session lives (until PostgreSQL's
-    ``idle_session_timeout`` closes it) and then for the pause delay. Without that timeout, warm clients'
-    pooled connections keep it up for as long as they live, so it is counted as never pausing.
+    After each scheduled wake-up the cluster stays up for the tick's run, while the tick's session lives
+    (until PostgreSQL's ``idle_session_timeout`` closes it) and then for the pause delay. Without that
+    timeout, warm clients' pooled connections keep it up for as long as they live, so it is counted as never
+    pausing.
     """
     found = _resources(templates)
     scaling = _properties(cluster).get("ServerlessV2ScalingConfiguration", {})
@@ -148,10 +178,8 @@ def awake_fraction(cluster: Mapping[str, Any], templates: list[Template]) -> flo
             idle_timeout_ms = int(_properties(group).get("Parameters", {}).get("idle_session_timeout", 0))
     if idle_timeout_ms <= 0:
         return 1.0
-    interval = shortest_schedule_seconds(templates)
-    if interval is None:
-        return 0.0
-    return min(1.0, (idle_timeout_ms / 1000 + pause) / interval)
+    awake = TICK_RUN_SECONDS + idle_timeout_ms / 1000 + pause
+    return min(1.0, sum(awake / interval for interval in wake_intervals(templates)))
 
 
 def _aurora(
@@ -339,8 +367,9 @@ def cost_table(stages: Mapping[str, list[CostLine]], *, tick_seconds: Mapping[st
         + f"\n\nPrices assumed (us-east-1 list prices, {HOURS_PER_MONTH} hours a month):\n\n"
         + prices
         + f"\n\nA cluster at 0 ACU is counted as awake at {AWAKE_FLOOR_ACUS:g} ACU after each scheduled "
-        + f"tick ({ticks}) for PostgreSQL's idle_session_timeout plus the pause delay, and paused for the "
-        + "rest; without idle_session_timeout, as never pausing. "
+        + f"wake-up (most frequent: {ticks}; rules on the same cron minutes count once, each rate rule on "
+        + f"its own) for the tick's run ({TICK_RUN_SECONDS} s), PostgreSQL's idle_session_timeout and the "
+        + "pause delay, and paused for the rest; without idle_session_timeout, as never pausing. "
         + f"RDS Proxy is billed for at least {PROXY_MINIMUM_ACUS} ACUs. "
         + NOT_COUNTED
     )

@@ -205,9 +205,15 @@ def test_a_pausing_cluster_needs_ticks_further_apart_than_it_stays_awake() -> No
         # 300 s pause delay + 60 s idle-session timeout = 6 minutes awake after each tick.
         StageConfig(stage="dev", aurora_min_acu=0, tick_minutes=6, outbox_age_alarm_seconds=600)
 
-    paused = StageConfig(stage="dev", aurora_min_acu=0, tick_minutes=7, outbox_age_alarm_seconds=600)
+    paused = StageConfig(stage="dev", aurora_min_acu=0, tick_minutes=10, outbox_age_alarm_seconds=700)
 
     assert paused.auto_pause and paused.database_awake_after_tick_seconds == 360
+
+
+@pytest.mark.parametrize("minutes", [7, 25, 45])
+def test_ticks_fall_on_the_same_minutes_of_every_hour(minutes: int) -> None:
+    with pytest.raises(ValidationError, match="tick_minutes must divide 60"):
+        StageConfig(stage="dev", tick_minutes=minutes, outbox_age_alarm_seconds=3600)
 
 
 def test_the_outbox_age_alarm_allows_for_a_whole_tick() -> None:

@@ -270,6 +270,7 @@ def test_ticks_and_the_gauges_built_on_them_share_the_stages_period(
         if {"Name": "service", "Value": "tollgate-scheduler"} in alarm["Properties"].get("Dimensions", [])
     }
 
-    assert rules == [f"rate({config.tick_minutes} minutes)"] * 2
+    # The same minutes of the hour for both, so they wake the cluster once per period, not twice.
+    assert rules == [f"cron(0/{config.tick_minutes} * * * ? *)"] * 2
     assert gauge_periods == {config.tick_minutes * 60}
     assert config.tick_minutes * 60 > config.database_awake_after_tick_seconds

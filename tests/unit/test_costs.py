@@ -10,12 +10,14 @@ from tollgate_dev.costs import (
     END,
     START,
     CostLine,
+    _cron_seconds,
     _rate_seconds,
     _replace,
     cost_table,
     idle_costs,
     shortest_schedule_seconds,
     total,
+    wake_intervals,
 )
 
 HOURS = 730
@@ -129,18 +131,31 @@ def test_an_always_on_shape_is_counted_by_type_and_property() -> None:
 
 
 def test_a_pausing_cluster_is_awake_after_each_tick_for_the_idle_timeout_and_the_pause_delay() -> None:
-    template = _template(**_cluster(0, pause=300, idle_timeout_ms=60_000), Tick=_rule("rate(30 minutes)"))
+    aligned = _template(
+        **_cluster(0, pause=300, idle_timeout_ms=60_000),
+        Sweep=_rule("cron(0/30 * * * ? *)"),
+        Tick=_rule("cron(0/30 * * * ? *)"),
+    )
+    unaligned = _template(
+        **_cluster(0, pause=300, idle_timeout_ms=60_000),
+        Sweep=_rule("rate(30 minutes)"),
+        Tick=_rule("rate(30 minutes)"),
+    )
 
-    costs = _by_item(idle_costs([template]))
+    costs = _by_item(idle_costs([aligned]))
 
-    # (60 s + 300 s) of every 1,800 s at 0.5 ACU.
-    assert costs["Aurora Serverless v2 capacity"] == pytest.approx(0.2 * 0.5 * 0.12 * HOURS)
+    # (60 s run + 60 s idle session + 300 s pause delay) of every 1,800 s, at 0.5 ACU.
+    assert costs["Aurora Serverless v2 capacity"] == pytest.approx(420 / 1800 * 0.5 * 0.12 * HOURS)
+    # Two rate rules fire at offsets of their own: twice the waking.
+    assert _by_item(idle_costs([unaligned]))["Aurora Serverless v2 capacity"] == pytest.approx(
+        2 * 420 / 1800 * 0.5 * 0.12 * HOURS
+    )
     assert costs["RDS Proxy"] == 0
 
 
 @pytest.mark.parametrize(
     ("tick", "idle_timeout_ms"),
-    [("rate(1 minute)", 60_000), ("rate(30 minutes)", None)],
+    [("rate(1 minute)", 60_000), ("cron(0/30 * * * ? *)", None)],
     ids=["ticks-closer-than-the-pause", "pooled-connections-never-closed"],
 )
 def test_a_cluster_that_cannot_pause_is_counted_at_its_awake_floor(
@@ -153,14 +168,21 @@ def test_a_cluster_that_cannot_pause_is_counted_at_its_awake_floor(
     assert costs["Aurora Serverless v2 capacity"] == pytest.approx(0.5 * 0.12 * HOURS)
 
 
-def test_schedules_are_read_as_rates_and_the_shortest_counts() -> None:
+def test_schedules_are_read_as_rates_and_crons_and_the_shortest_counts() -> None:
     templates = [
         _template(A=_rule("rate(2 hours)"), B=_rule("cron(0 3 * * ? *)")),
-        _template(C=_rule("rate(1 minute)")),
+        _template(
+            C=_rule("rate(1 minute)"), D=_rule("cron(*/15 * * * ? *)"), E=_rule("cron(*/15 * * * ? *)")
+        ),
     ]
 
     assert _rate_seconds("rate(1 day)") == 86_400
     assert _rate_seconds("cron(0 3 * * ? *)") is None
+    assert _cron_seconds("cron(0/30 * * * ? *)") == 1800
+    assert _cron_seconds("cron(5 * * * ? *)") == 3600
+    assert _cron_seconds("cron(0 3 * * ? *)") == 86_400
+    assert _cron_seconds("cron(0 3 ? * MON *)") is None
+    assert wake_intervals(templates) == [60, 900, 7200, 86_400]
     assert shortest_schedule_seconds(templates) == 60
     assert shortest_schedule_seconds([_template()]) is None
 
