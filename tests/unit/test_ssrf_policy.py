@@ -7,12 +7,15 @@ the trap must see zero connections.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import socket
 import ssl
 from collections.abc import Iterator, Sequence
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.support import PUBLIC_V4, PUBLIC_V6, FakeResolver, Trap
 from tollgate.delivery.sender import DeliveryError, SenderLimits, WebhookSender
@@ -21,6 +24,7 @@ from tollgate.delivery.ssrf import (
     ResolutionFailed,
     TargetRefused,
     check_url,
+    parse_url,
     refusal_reason,
 )
 
@@ -357,3 +361,12 @@ def test_a_resolver_failure_is_temporary_and_no_such_name_is_not() -> None:
         check_url("https://flaky.example/", resolver=resolver)
 
     assert (missing.value.temporary, empty.value.temporary, flaky.value.temporary) == (False, False, True)
+
+
+@given(host=st.text(max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_any_host_text_is_either_a_target_or_a_refusal_never_another_error(host: str) -> None:
+    # Registration answers 422 for TargetRefused; any other exception from a tenant's URL would be a 500.
+    for url in (f"https://{host}/", f"https://{host}.de:8443/x"):
+        with contextlib.suppress(TargetRefused):
+            parse_url(url)
