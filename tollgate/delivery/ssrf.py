@@ -19,7 +19,8 @@ import idna
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], Sequence[str]]
-"""Host and port to the addresses a connection would use, as strings; raises ``OSError`` on failure."""
+"""Host and port to the addresses a connection would use, as strings. Raises ``socket.gaierror`` with
+EAI_NONAME or EAI_NODATA when the name has no address, another ``OSError`` when it could not find out."""
 
 MAX_URL_LENGTH = 2048
 HTTPS_PORT = 443
