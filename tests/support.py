@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
@@ -111,3 +112,36 @@ def valid_webhook(body: bytes | str) -> dict[str, Any]:
     errors = sorted(_webhook_validator(document["type"]).iter_errors(document), key=str)
     assert not errors, f"webhook body breaks its schema: {[e.message for e in errors]}\n{document}"
     return document
+
+
+# Public addresses that tests resolve names to; never contacted (a fake connector or a refusal comes first).
+PUBLIC_V4 = "93.184.215.14"
+PUBLIC_V6 = "2606:2800:21f:cb07:6820:80da:af6b:8b2c"
+
+
+class FakeResolver:
+    """The DNS, in memory, so no test query leaves the machine: ``answers`` by name; a name in ``failing``
+    gets no answer at all (the resolver failed); any other name gets ``default`` or, without one, "no such
+    name"."""
+
+    def __init__(
+        self,
+        answers: Mapping[str, Sequence[str]] | None = None,
+        *,
+        default: Sequence[str] | None = None,
+        failing: Collection[str] = (),
+    ) -> None:
+        self.answers = dict(answers or {})
+        self.default = default
+        self.failing = set(failing)
+        self.calls: list[str] = []
+
+    def __call__(self, host: str, port: int) -> Sequence[str]:
+        self.calls.append(host)
+        if host in self.failing:
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        if host in self.answers:
+            return self.answers[host]
+        if self.default is not None:
+            return self.default
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
