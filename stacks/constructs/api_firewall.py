@@ -58,7 +58,7 @@ class ApiFirewall(Construct):
             self,
             "WebAcl",
             name=name,
-            description="Rate limit per source address and AWS's common rules in front of the REST API",
+            description="Rate limit per source address, then the AWS common rule set, before the REST API",
             scope="REGIONAL",
             default_action=wafv2.CfnWebACL.DefaultActionProperty(allow={}),
             visibility_config=_visibility(name),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -330,27 +331,32 @@ def test_a_stage_without_a_firewall_says_why_and_has_none(
     assert "waf_enabled" in json.dumps(validation_report)
 
 
-def _bare_api_template(**overrides: Any) -> Template:
+def _bare_api_template(tmp_path: Path, **overrides: Any) -> Template:
     """The REST API (and firewall) of ApiStack built in a bare stack, for settings the session's dev stage
-    does not have; quick, since nothing else is synthesized."""
+    does not have; quick, since nothing else is synthesized. The synth checks the template against
+    CloudFormation's resource schemas (cdk.json's feature flags), as the real one does."""
     import aws_cdk as cdk
     from aws_cdk import aws_apigateway as apigw
     from aws_cdk import aws_logs as logs
-    from aws_cdk.assertions import Template as CdkTemplate
 
+    from app import cdk_json_context
     from stacks.api_stack import api_firewall, rest_api
 
     config = StageConfig(stage="dev", **overrides)
-    stack = cdk.Stack(cdk.App(), "Bare")
+    app = cdk.App(outdir=str(tmp_path), context=cdk_json_context())
+    stack = cdk.Stack(app, "Bare")
     api = rest_api(stack, config, logs.LogGroup(stack, "AccessLogs"))
     api.root.add_method("GET", apigw.MockIntegration())
     api_firewall(stack, config, api)
-    template: Template = CdkTemplate.from_stack(stack).to_json()
+    assembly = app.synth()
+    template: Template = assembly.get_stack_by_name("Bare").template
     return template
 
 
-def test_a_stage_that_does_not_own_the_cloudwatch_role_leaves_the_account_setting_alone() -> None:
-    template = _bare_api_template(api_gateway_cloudwatch_role=False)
+def test_a_stage_that_does_not_own_the_cloudwatch_role_leaves_the_account_setting_alone(
+    tmp_path: Path,
+) -> None:
+    template = _bare_api_template(tmp_path, api_gateway_cloudwatch_role=False)
 
     assert not resources(template, "AWS::ApiGateway::Account")
     assert not resources(template, "AWS::IAM::Role")
@@ -359,8 +365,8 @@ def test_a_stage_that_does_not_own_the_cloudwatch_role_leaves_the_account_settin
     assert stage["Properties"]["MethodSettings"][0]["LoggingLevel"] == "ERROR"
 
 
-def test_an_enabled_firewall_rate_limits_each_address_before_the_common_rules() -> None:
-    template = _bare_api_template(waf_enabled=True, waf_rate_limit=4321)
+def test_an_enabled_firewall_rate_limits_each_address_before_the_common_rules(tmp_path: Path) -> None:
+    template = _bare_api_template(tmp_path, waf_enabled=True, waf_rate_limit=4321)
     acl_id, acl = only(template, "AWS::WAFv2::WebACL")
     _, association = only(template, "AWS::WAFv2::WebACLAssociation")
     stage_id, _ = only(template, "AWS::ApiGateway::Stage")
