@@ -12,6 +12,7 @@ from typing import Any
 import aws_cdk as cdk
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_rds as rds
@@ -143,6 +144,10 @@ class ApiStack(cdk.Stack):
         cdk.CfnOutput(self, "ApiUrl", value=self.api.url)
         # Tenant provisioning attaches each tenant's usage identifier key to this plan.
         cdk.CfnOutput(self, "UsagePlanId", value=self.usage_plan.usage_plan_id)
+
+    def grant_tenant_provisioning(self, grantee: iam.IGrantable) -> iam.Grant:
+        """What `tollgate tenants create|sync-usage-keys` need to put tenants' keys on this stage's plan."""
+        return grant_usage_keys(grantee, self.usage_plan)
 
     def _grant_documents(self, config: StageConfig, documents_bucket: s3.IBucket) -> None:
         """Read and put (never delete) tenants' documents, with the bucket key's encrypt/decrypt."""
@@ -336,3 +341,29 @@ def api_firewall(scope: Construct, config: StageConfig, api: apigw.RestApi) -> A
         rate_limit=config.waf_rate_limit,
         window_seconds=WAF_RATE_WINDOW_SECONDS,
     )
+
+
+def grant_usage_keys(grantee: iam.IGrantable, usage_plan: apigw.IUsagePlan) -> iam.Grant:
+    """Find and make API keys (GET, POST /apikeys) and add them to ``usage_plan`` (POST on its /keys) only.
+
+    API keys have no ARN of their own before they exist, and none of these calls names another plan.
+    """
+    scope = usage_plan
+
+    def arn(path: str) -> str:
+        return cdk.Arn.format(
+            cdk.ArnComponents(
+                service="apigateway", account="", resource=path, arn_format=cdk.ArnFormat.NO_RESOURCE_NAME
+            ),
+            cdk.Stack.of(scope),
+        )
+
+    api_keys = iam.Grant.add_to_principal(
+        grantee=grantee, actions=["apigateway:GET", "apigateway:POST"], resource_arns=[arn("/apikeys")]
+    )
+    plan_keys = iam.Grant.add_to_principal(
+        grantee=grantee,
+        actions=["apigateway:POST"],
+        resource_arns=[arn(f"/usageplans/{usage_plan.usage_plan_id}/keys")],
+    )
+    return api_keys.combine(plan_keys)

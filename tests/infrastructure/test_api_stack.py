@@ -399,3 +399,31 @@ def test_an_enabled_firewall_rate_limits_each_address_before_the_common_rules(tm
 def test_a_firewall_rate_below_a_tenants_plan_is_refused() -> None:
     with pytest.raises(ValueError, match="waf_rate_limit"):
         StageConfig(stage="dev", usage_plan_rate=10, waf_rate_limit=2999)
+
+
+def test_tenant_provisioning_may_make_keys_and_add_them_to_this_plan_only(tmp_path: Path) -> None:
+    import aws_cdk as cdk
+    from aws_cdk import aws_apigateway as apigw
+    from aws_cdk import aws_iam as iam
+    from aws_cdk.assertions import Template as CdkTemplate
+
+    from stacks.api_stack import grant_usage_keys
+
+    stack = cdk.Stack(cdk.App(outdir=str(tmp_path)), "Bare")
+    plan = apigw.UsagePlan(stack, "Plan")
+    role = iam.Role(stack, "Ops", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    grant_usage_keys(role, plan)
+    template: Template = CdkTemplate.from_stack(stack).to_json()
+    plan_id, _ = only(template, "AWS::ApiGateway::UsagePlan")
+
+    granted = {
+        render(resource): sorted(as_list(statement["Action"]))
+        for _, statement in policy_statements(template)
+        for resource in as_list(statement["Resource"])
+    }
+    assert granted == {
+        "arn:${AWS::Partition}:apigateway:${AWS::Region}::/apikeys": ["apigateway:GET", "apigateway:POST"],
+        "arn:${AWS::Partition}:apigateway:${AWS::Region}::/usageplans/${" + plan_id + "}/keys": [
+            "apigateway:POST"
+        ],
+    }
