@@ -147,6 +147,9 @@ WebhookLimits = _settings_section(
 ``WebhookAttemptSettings``. Not ``webhooks_allow_private_targets``: it exists only to run the dispatcher
 locally, and a deployed stage keeps its default."""
 
+# The window of the web ACL's rate rule (waf_rate_limit counts requests in it).
+WAF_RATE_WINDOW_SECONDS = 300
+
 # What one webhook attempt does besides sending: load the delivery, record the outcome (through RDS Proxy).
 WEBHOOK_ATTEMPT_DATABASE_SECONDS = 15
 
@@ -255,11 +258,38 @@ class StageConfig(BaseModel):
     usage_plan_burst: int = Field(default=20, ge=1)
     usage_plan_daily_quota: int = Field(default=50_000, ge=1, description="Requests per tenant per day.")
     enforce_usage_plan: bool = Field(
+        default=True,
+        description=(
+            "Require a usage-plan key on authorized routes, so API Gateway meters, throttles and caps each "
+            "tenant by the usage plan. The authorizer names the tenant's key (usageIdentifierKey) and "
+            "`tollgate tenants create` adds it to the plan; a tenant without one (created before migration "
+            "0018, until `tollgate tenants sync-usage-keys` runs) is answered 403."
+        ),
+    )
+    api_gateway_cloudwatch_role: bool = Field(
+        default=True,
+        description=(
+            "Create the API Gateway CloudWatch role and set it on the account (AWS::ApiGateway::Account), "
+            "which access and execution logging need. It is one setting per account and region: let one "
+            "stage per account and region own it and set false on the others. Both are retained when the "
+            "stack is deleted or the setting turned off, so other stages' logging keeps working."
+        ),
+    )
+    waf_enabled: bool = Field(
         default=False,
         description=(
-            "Require a usage-plan key on authorized routes. Turn on only once the authorizer returns "
-            "usageIdentifierKey and tenant provisioning adds each tenant's key to the plan: until then "
-            "API Gateway would answer every authorized call with 403."
+            "Put a WAFv2 web ACL in front of the REST API stage: a rate limit per source address (blocks a "
+            "flood of wrong keys before the authorizer runs) and AWS's common rule set."
+        ),
+    )
+    waf_rate_limit: int = Field(
+        default=6000,
+        ge=10,
+        le=2_000_000_000,
+        description=(
+            "Requests one source address may send in any five minutes before the web ACL blocks it with "
+            "429. At least a tenant's usage plan rate for five minutes, so a tenant behind one address is "
+            "limited by its plan, not by the firewall."
         ),
     )
     authorizer_cache_ttl_seconds: int = Field(
@@ -475,6 +505,15 @@ class StageConfig(BaseModel):
             # An environment-agnostic stack can only address two AZs (Fn::GetAZs); say so instead of
             # silently deploying fewer than asked.
             raise ValueError("max_azs > 2 needs account and region")
+        return self
+
+    @model_validator(mode="after")
+    def _firewall_above_a_tenants_plan(self) -> StageConfig:
+        if self.waf_rate_limit < self.usage_plan_rate * WAF_RATE_WINDOW_SECONDS:
+            raise ValueError(
+                "waf_rate_limit is below usage_plan_rate for five minutes: the firewall would block a tenant "
+                "sending from one address before its usage plan does"
+            )
         return self
 
     @model_validator(mode="after")

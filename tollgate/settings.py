@@ -167,6 +167,18 @@ class AuthorizerSettings(DatabaseSettings):
     )
 
 
+class TenantProvisioningSettings(BaseSettings):
+    """What `tollgate tenants create|sync-usage-keys` need besides the database: where usage keys go."""
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    usage_plan_id: str | None = Field(
+        default=None,
+        description="The stage's API Gateway usage plan (ApiStack output UsagePlanId); each tenant gets an "
+        "API Gateway key on it. Unset only locally, where API Gateway does not run and tenants get none.",
+    )
+
+
 class MigrateSettings(DatabaseSettings):
     """The migration custom resource Lambda (connects as the owner, so no role switch)."""
 

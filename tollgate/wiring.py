@@ -54,12 +54,14 @@ from tollgate.settings import (
     SchedulerSettings,
     SupportDatabaseSettings,
     SupportSettings,
+    TenantProvisioningSettings,
     WebhookAttemptSettings,
     WorkerSettings,
 )
 from tollgate.support.configuration import AwsEndpoint
 from tollgate.support.service import SupportDeps, TypeQueues
 from tollgate.tenants.keys import ApiKeyResolver
+from tollgate.tenants.usage_keys import ApiGatewayUsagePlan, NoUsagePlan, UsagePlan
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -116,6 +118,13 @@ def acceptance_limits(settings: ApiSettings) -> AcceptanceLimits:
 def build_authorizer(settings: AuthorizerSettings, db: Database | None = None) -> ApiKeyResolver:
     db = db or build_database(settings, pool_name="authorizer")
     return ApiKeyResolver(db, SystemClock(), settings.api_key_cache_ttl_seconds)
+
+
+def build_usage_plan(settings: TenantProvisioningSettings) -> UsagePlan:
+    """Tenants' usage keys go to the stage's usage plan; without one (local development) nowhere."""
+    if settings.usage_plan_id is None:
+        return NoUsagePlan()
+    return ApiGatewayUsagePlan(boto3.client("apigateway"), settings.usage_plan_id)
 
 
 def build_relay(
