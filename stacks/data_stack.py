@@ -32,6 +32,7 @@ ADMIN_USER = "tollgate_admin"
 ISOLATED = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
 EGRESS = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
 HTTPS = ec2.Port.tcp(443)
+ROTATION_PERIOD = cdk.Duration.days(30)
 
 
 class DataStack(cdk.Stack):
@@ -309,9 +310,49 @@ class DataStack(cdk.Stack):
                 "snapshotted on delete. Stages with removal_policy=retain (prod) turn deletion protection "
                 "on.",
             )
-        cluster.add_rotation_single_user(
-            automatically_after=cdk.Duration.days(30),
-            endpoint=self.secrets_manager_endpoint,
-            vpc_subnets=ISOLATED,
+        self.rotation_clients = rotate_master_secret(
+            cluster, vpc=self.vpc, secrets_manager_endpoint=self.secrets_manager_endpoint
         )
         return cluster
+
+
+def rotate_master_secret(
+    cluster: rds.DatabaseCluster,
+    *,
+    vpc: ec2.IVpc,
+    secrets_manager_endpoint: ec2.IInterfaceVpcEndpoint | None,
+    every: cdk.Duration = ROTATION_PERIOD,
+) -> ec2.SecurityGroup:
+    """Rotate the cluster's master secret with AWS's single-user rotation function, placed where it can reach
+    both the cluster and Secrets Manager; returns the function's security group.
+
+    The function calls Secrets Manager's API (get, put, describe the secret) and connects to PostgreSQL. With
+    an interface endpoint it runs in the endpoint's subnets and the endpoint admits its security group; a
+    stage without interface endpoints puts it in the egress subnets, where Secrets Manager's public endpoint
+    is reached through NAT. Either way nothing else is open to it.
+    """
+    scope = cluster.stack
+    rotation_clients = ec2.SecurityGroup(
+        scope,
+        "SecretRotationClients",
+        vpc=vpc,
+        description="Master secret rotation: PostgreSQL to the cluster, HTTPS to Secrets Manager",
+        allow_all_outbound=False,
+    )
+    if secrets_manager_endpoint is not None:
+        # Adds the endpoint's ingress on 443 from this group and this group's egress to the endpoint's.
+        secrets_manager_endpoint.connections.allow_default_port_from(rotation_clients, "Secret rotation")
+        subnets = ISOLATED
+    else:
+        rotation_clients.add_egress_rule(
+            ec2.Peer.any_ipv4(), HTTPS, "Secrets Manager's public endpoint, through NAT"
+        )
+        subnets = EGRESS
+    # The rotation adds the cluster's ingress on 5432 from this group (and this group's egress to it).
+    cluster.add_rotation_single_user(
+        automatically_after=every,
+        endpoint=secrets_manager_endpoint,
+        vpc_subnets=subnets,
+        security_group=rotation_clients,
+    )
+    return rotation_clients
