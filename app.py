@@ -117,6 +117,7 @@ def build_app(
         rest_api=api.api,
         api_function=api.api_handler.function,
         authorizer_function=api.authorizer_handler.function,
+        scheduler_function=pipeline.scheduler.function,
         job_queues={name: pair.queue for name, pair in pipeline.job_queues.items()},
         dead_letter_queues={name: pair.dead_letters for name, pair in pipeline.job_queues.items()},
         worker_service=worker.service,
