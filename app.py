@@ -87,7 +87,7 @@ def build_app(
         webhook_state_machine=delivery.state_machine,
         results_bus=results.bus,
         results_event_source=results.event_source,
-        documents_bucket=data.documents_bucket,
+        documents_bucket=data.documents_exports,
         description=f"Tollgate {config.stage}: a FIFO queue and DLQ per job type, outbox relay, scheduler",
     )
     api = ApiStack(
@@ -95,7 +95,7 @@ def build_app(
         config.stack_name("Api"),
         config=config,
         **database,
-        documents_bucket=data.documents_bucket,
+        documents_bucket=data.documents_exports,
         relay_function=pipeline.relay_function,
         webhook_state_machine=delivery.state_machine,
         description=f"Tollgate {config.stage}: public REST API, authorizer, acceptance Lambda",
@@ -105,7 +105,7 @@ def build_app(
         config.stack_name("Worker"),
         config=config,
         **database,
-        documents_bucket=data.documents_bucket,
+        documents_bucket=data.documents_exports,
         job_queues={name: pair.queue for name, pair in pipeline.job_queues.items()},
         relay_function=pipeline.relay_function,
         description=f"Tollgate {config.stage}: ECS Fargate worker, its scaling and the OpenAI key secret",

@@ -15,12 +15,12 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_rds as rds
-from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.config import StageConfig, settings_environment
+from stacks.constructs.documents_access import ExportedDocumentsBucket
 from stacks.constructs.entrypoint_function import EntrypointFunction
 from stacks.constructs.lambda_packaging import DependenciesLayer, function_code
 from stacks.constructs.nag import acknowledge
@@ -67,7 +67,7 @@ class ApiStack(cdk.Stack):
         database_proxy: rds.IDatabaseProxy,
         database_secret: secretsmanager.ISecret,
         database_clients: ec2.ISecurityGroup,
-        documents_bucket: s3.IBucket,
+        documents_bucket: ExportedDocumentsBucket,
         relay_function: lambda_.IFunction,
         webhook_state_machine: sfn.IStateMachine,
         **kwargs: Any,
@@ -94,7 +94,7 @@ class ApiStack(cdk.Stack):
             security_groups=[database_clients],
             environment={
                 **database_environment,
-                "DOCUMENTS_BUCKET": config.documents_bucket_name,
+                "DOCUMENTS_BUCKET": documents_bucket.bucket_name,
                 "RELAY_FUNCTION_NAME": relay_function.function_name,
                 # Replays start a new execution of the delivery on DeliveryStack's dispatcher.
                 "WEBHOOK_STATE_MACHINE_ARN": webhook_state_machine.state_machine_arn,
@@ -124,7 +124,7 @@ class ApiStack(cdk.Stack):
         # The nudge invokes the unqualified name, so no version or alias (and no ARN wildcard) is granted.
         relay_function.grant_invoke_latest_version(self.api_handler.function)
         webhook_state_machine.grant_start_execution(self.api_handler.function)
-        self._grant_documents(config, documents_bucket)
+        self._grant_documents(documents_bucket)
 
         self.api = self._rest_api(config)
         self.usage_plan = self._usage_plan(config)
@@ -136,27 +136,18 @@ class ApiStack(cdk.Stack):
         # Tenant provisioning attaches each tenant's usage identifier key to this plan.
         cdk.CfnOutput(self, "UsagePlanId", value=self.usage_plan.usage_plan_id)
 
-    def _grant_documents(self, config: StageConfig, documents_bucket: s3.IBucket) -> None:
+    def _grant_documents(self, documents_bucket: ExportedDocumentsBucket) -> None:
         """Read and put (never delete) tenants' documents, with the bucket key's encrypt/decrypt."""
-        # The same bucket, referred to by its deterministic name: its ARN in this stack's policy is then
-        # built from local pseudo parameters, not from a cross-stack output whose name CDK derives from a
-        # hash. cdk-nag identifies each wildcard finding by that rendered ARN, so only a stable rendering
-        # can carry a precise acknowledgement.
-        documents = s3.Bucket.from_bucket_attributes(
-            self,
-            "DocumentsBucket",
-            bucket_name=config.documents_bucket_name,
-            encryption_key=documents_bucket.encryption_key,
-        )
+        # Imported from DataStack's exports, so CloudFormation tracks this stack's use of the bucket; cdk-nag
+        # renders the imported ARN with the export's fixed name, which keeps the acknowledgements precise.
+        documents = documents_bucket.imported(self, "DocumentsBucket")
         function = self.api_handler.function
         documents.grant_read(function)
         documents.grant_put(function)
 
         role = function.role
         assert role is not None
-        # The bucket's object ARN as cdk-nag renders it: pseudo parameters appear as <AWS::...>.
-        bucket_name = config.documents_bucket_name_in("<AWS::AccountId>", "<AWS::Region>")
-        objects = f"arn:<AWS::Partition>:s3:::{bucket_name}/*"
+        objects = f"{documents_bucket.nag_bucket_arn}/*"
         same_bucket = "and the statement names only this stage's documents bucket."
         wildcard_reasons = {
             f"Resource::{objects}": (

@@ -19,6 +19,7 @@ from constructs import Construct
 
 from stacks.config import StageConfig
 from stacks.constructs.database_migrations import DatabaseMigrations
+from stacks.constructs.documents_access import ExportedDocumentsBucket
 from stacks.constructs.lambda_packaging import DependenciesLayer, function_code
 from stacks.constructs.nag import acknowledge
 from tollgate.scheduler.retention import ARCHIVE_PREFIX
@@ -160,7 +161,8 @@ class DataStack(cdk.Stack):
             cluster=self.database_cluster,
         )
 
-        cdk.CfnOutput(self, "DocumentsBucketName", value=self.documents_bucket.bucket_name)
+        # Other stacks import these (their grants and DOCUMENTS_BUCKET), so CloudFormation tracks the use.
+        self.documents_exports = ExportedDocumentsBucket.export(self.documents_bucket, self.documents_key)
         cdk.CfnOutput(self, "DatabaseProxyEndpoint", value=self.database_proxy.endpoint)
 
     def _network(self) -> ec2.Vpc:
@@ -196,6 +198,9 @@ class DataStack(cdk.Stack):
 
     def _storage(self) -> tuple[s3.Bucket, kms.Key, s3.Bucket]:
         removal_policy = self.config.cdk_removal_policy
+        # CloudFormation cannot delete a bucket that holds objects (or old versions), so a stage that is
+        # destroyed with its data empties both buckets first; a stage that retains data never deletes them.
+        empty_on_destroy = not self.config.retains_data
         # Old versions outlive any job that may still read them (its deadline) plus a week for support
         # redrives; at least 30 days.
         max_deadline_days = math.ceil(self.config.jobs.max_deadline_seconds / 86_400)
@@ -210,6 +215,7 @@ class DataStack(cdk.Stack):
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             lifecycle_rules=[s3.LifecycleRule(expiration=cdk.Duration.days(365))],
             removal_policy=removal_policy,
+            auto_delete_objects=empty_on_destroy,
         )
         key = kms.Key(
             self,
@@ -221,7 +227,8 @@ class DataStack(cdk.Stack):
         documents = s3.Bucket(
             self,
             "Documents",
-            # Named so other stacks can refer to it without a cross-stack token (see ApiStack).
+            # Its deployed name, kept so the bucket is never replaced; other stacks import its name and key
+            # through this stack's exports (DocumentsExports), never by rebuilding the name.
             bucket_name=self.config.documents_bucket_name,
             encryption=s3.BucketEncryption.KMS,
             encryption_key=key,
@@ -258,6 +265,7 @@ class DataStack(cdk.Stack):
                 ),
             ],
             removal_policy=removal_policy,
+            auto_delete_objects=empty_on_destroy,
         )
         return access_logs, key, documents
 

@@ -14,7 +14,9 @@ from stacks.config import StageConfig
 from stacks.constructs.database_migrations import RESOURCE_TYPE, migrations_digest
 from tests.infrastructure.cfn import (
     as_list,
+    export_of,
     function_by_handler,
+    imports,
     only,
     references,
     render,
@@ -572,3 +574,82 @@ def test_results_archives_move_to_infrequent_access_and_expire(
     assert archives["ExpirationInDays"] == config.archive_expiration_days
     # Archives live outside tenants' prefixes, so a tenant can never name one as a document.
     assert not ARCHIVE_PREFIX.startswith(tenant_prefix(uuid4()).split("/")[0])
+
+
+def _auto_deleted_buckets(template: Template) -> set[str]:
+    """Buckets that a Custom::S3AutoDeleteObjects resource empties when the stack deletes them."""
+    return {
+        resource["Properties"]["BucketName"]["Ref"]
+        for resource in resources(template, "Custom::S3AutoDeleteObjects").values()
+    }
+
+
+@pytest.fixture(scope="module")
+def prod_data_template(tmp_path_factory: pytest.TempPathFactory) -> Template:
+    """DataStack alone, for the prod stage (removal_policy retain)."""
+    import aws_cdk as cdk
+    from aws_cdk.assertions import Template as CdkTemplate
+
+    from app import cdk_json_context
+    from stacks.data_stack import DataStack
+
+    app = cdk.App(
+        outdir=str(tmp_path_factory.mktemp("cdk.out.prod-data")),
+        context={**cdk_json_context(), "stage": "prod", "layer_dir": str(tmp_path_factory.mktemp("layer"))},
+    )
+    config = StageConfig.from_node(app.node)
+    assert config.retains_data
+    template: Template = CdkTemplate.from_stack(
+        DataStack(app, config.stack_name("Data"), config=config)
+    ).to_json()
+    return template
+
+
+def test_a_destroyed_stage_empties_every_bucket_before_deleting_it(
+    data_template: Template, config: StageConfig
+) -> None:
+    """CloudFormation cannot delete a bucket with objects or old versions in it; `cdk destroy` of a dev stage
+    would stop at the documents bucket."""
+    buckets = resources(data_template, "AWS::S3::Bucket")
+
+    assert config.removal_policy == "destroy"
+    assert _auto_deleted_buckets(data_template) == set(buckets)
+    assert {bucket["DeletionPolicy"] for bucket in buckets.values()} == {"Delete"}
+
+
+def test_a_stage_that_retains_data_never_empties_a_bucket(prod_data_template: Template) -> None:
+    buckets = resources(prod_data_template, "AWS::S3::Bucket")
+
+    assert buckets
+    assert _auto_deleted_buckets(prod_data_template) == set()
+    assert resources(prod_data_template, "Custom::S3AutoDeleteObjects") == {}
+    assert {bucket["DeletionPolicy"] for bucket in buckets.values()} == {"Retain"}
+
+
+def test_other_stacks_import_the_documents_bucket_from_this_stacks_exports(data_template: Template) -> None:
+    bucket_id, _ = _documents_bucket(data_template)
+    (key_id,) = resources(data_template, "AWS::KMS::Key")
+    outputs = data_template["Outputs"]
+
+    assert outputs["DocumentsBucketName"] == {
+        "Value": {"Ref": bucket_id},
+        "Export": {"Name": "Tollgate-dev-Data:DocumentsBucketName"},
+    }
+    assert outputs["DocumentsKeyArn"] == {
+        "Value": {"Fn::GetAtt": [key_id, "Arn"]},
+        "Export": {"Name": "Tollgate-dev-Data:DocumentsKeyArn"},
+    }
+
+
+@pytest.mark.parametrize("consumer", ["api_template", "pipeline_template", "worker_template"])
+def test_consumers_import_the_documents_bucket_and_never_rebuild_its_name(
+    consumer: str, data_template: Template, request: pytest.FixtureRequest
+) -> None:
+    """With an import, CloudFormation refuses to replace or remove the bucket's export while a stack uses it;
+    a name rebuilt from the stage would go on pointing at whatever bucket has that name."""
+    template: Template = request.getfixturevalue(consumer)
+    bucket_id, _ = _documents_bucket(data_template)
+    (key_id,) = resources(data_template, "AWS::KMS::Key")
+
+    assert {export_of(data_template, bucket_id), export_of(data_template, key_id)} <= imports(template)
+    assert "-documents-" not in json.dumps(template)
