@@ -356,10 +356,12 @@ def rotate_master_secret(
             ec2.Peer.any_ipv4(), HTTPS, "Secrets Manager's public endpoint, through NAT"
         )
         subnets = EGRESS
-    # The rotation adds the cluster's ingress on 5432 from this group (and this group's egress to it).
+    # The rotation adds the cluster's ingress on 5432 from this group (and this group's egress to it). It is
+    # not given the endpoint: the function then calls secretsmanager.<region>.amazonaws.com, which the
+    # endpoint's private DNS answers inside the VPC (and NAT outside it), rather than a hostname CDK derives
+    # from the endpoint's id.
     cluster.add_rotation_single_user(
         automatically_after=every,
-        endpoint=secrets_manager_endpoint,
         vpc_subnets=subnets,
         security_group=rotation_clients,
     )

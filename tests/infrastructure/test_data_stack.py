@@ -368,9 +368,9 @@ def test_the_rotation_function_reaches_secrets_manager_through_its_endpoint(data
     way to Secrets Manager, so without this every rotation would time out."""
     parameters = _rotation(data_template)
     (rotation_group,) = [parameters["vpcSecurityGroupIds"]["Fn::GetAtt"][0]]
-    (endpoint_id, endpoint) = next(
-        (logical_id, endpoint["Properties"])
-        for logical_id, endpoint in resources(data_template, "AWS::EC2::VPCEndpoint").items()
+    endpoint = next(
+        endpoint["Properties"]
+        for endpoint in resources(data_template, "AWS::EC2::VPCEndpoint").values()
         if "secretsmanager" in json.dumps(endpoint["Properties"]["ServiceName"])
     )
     (endpoint_group,) = [group["Fn::GetAtt"][0] for group in endpoint["SecurityGroupIds"]]
@@ -383,9 +383,9 @@ def test_the_rotation_function_reaches_secrets_manager_through_its_endpoint(data
     ]
     assert [(rule["IpProtocol"], rule["FromPort"], rule["ToPort"]) for rule in sent] == [("tcp", 443, 443)]
     assert [{"Ref": subnet} for subnet in _joined_refs(parameters["vpcSubnetIds"])] == endpoint["SubnetIds"]
-    # The function calls this endpoint's own DNS name, so it works even if private DNS were off.
-    assert references(parameters["endpoint"], endpoint_id)
-    assert "secretsmanager" in render(parameters["endpoint"])
+    # The function calls Secrets Manager's regional name, which this endpoint's private DNS answers in the VPC.
+    assert render(parameters["endpoint"]).startswith("https://secretsmanager.${AWS::Region}.")
+    assert endpoint["PrivateDnsEnabled"] is True
 
 
 def test_the_rotation_function_reaches_the_cluster_and_nothing_else(data_template: Template) -> None:
