@@ -33,6 +33,8 @@ BOOTSTRAP_STACK = "CDKToolkit"
 CDK_CLI = "npx --yes aws-cdk@^2.1148"
 BINFMT_AARCH64 = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64")
 ARM64_MACHINES = {"aarch64", "arm64"}
+# The stage setting (stacks/config.py) with which the Api stack creates API Gateway's account-wide role.
+CLOUDWATCH_ROLE_SETTING = "api_gateway_cloudwatch_role"
 COMMAND_TIMEOUT_SECONDS = 30
 
 
@@ -442,34 +444,47 @@ def check_api_gateway_role(session: Any, identity: Identity, needs: StageNeeds) 
             )
         ]
     role = account.get("cloudwatchRoleArn")
-    if role:
-        advice = (
-            "Advice: leave the stage's own API Gateway account role off; the setting is account-wide and "
-            "this role already serves every API in the region."
-        )
-        if needs.manages_api_gateway_account:
-            advice = (
-                "Advice: stage "
-                f"{needs.stage} sets it too and would replace this account-wide role; turn that setting off "
-                "unless this role is meant to go."
+    # The Api stack's own role has a name CloudFormation generated from the stack's name.
+    own_role = bool(role) and str(role).rpartition("/")[2].startswith(f"Tollgate-{needs.stage}-Api-")
+    if role and own_role:
+        return [Finding(Status.OK, check, f"the account's role is stage {needs.stage}'s own ({role})")]
+    if role and needs.manages_api_gateway_account:
+        return [
+            Finding(
+                Status.NOTE,
+                check,
+                f"the account already has {role}",
+                f"Advice: stage {needs.stage} creates its own (`{CLOUDWATCH_ROLE_SETTING}`, default true) "
+                "and would point the whole account and region at it; set "
+                f'`"{CLOUDWATCH_ROLE_SETTING}": false` in its cdk.json entry unless it should own the role.',
             )
-        return [Finding(Status.NOTE, check, f"the account already has {role}", advice)]
+        ]
+    if role:
+        return [
+            Finding(
+                Status.NOTE,
+                check,
+                f"the account already has {role}",
+                f"Advice: keep `{CLOUDWATCH_ROLE_SETTING}` false for stage {needs.stage}; this role serves "
+                "every API of the account and region.",
+            )
+        ]
     if needs.manages_api_gateway_account:
         return [
             Finding(
                 Status.OK,
                 check,
-                f"the account has none; stage {needs.stage} creates it (AWS::ApiGateway::Account)",
+                f"the account has none; stage {needs.stage} creates it (`{CLOUDWATCH_ROLE_SETTING}`)",
             )
         ]
     return [
         Finding(
             Status.MISSING,
             check,
-            "the account has none, and the stage's access logging needs it",
-            "turn on the stage's API Gateway account role setting so the Api stack creates it, or set one "
-            "for the account: a role trusting apigateway.amazonaws.com with "
-            "AmazonAPIGatewayPushToCloudWatchLogs, then `aws apigateway update-account --patch-operations "
+            "the account has none, and the stage's access and execution logs need it",
+            f'set `"{CLOUDWATCH_ROLE_SETTING}": true` for one stage per account and region in cdk.json, '
+            "or give the account a role trusting apigateway.amazonaws.com with "
+            "AmazonAPIGatewayPushToCloudWatchLogs: `aws apigateway update-account --patch-operations "
             "op=replace,path=/cloudwatchRoleArn,value=ROLE_ARN`.",
         )
     ]

