@@ -16,13 +16,13 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_rds as rds
-from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.config import WAF_RATE_WINDOW_SECONDS, StageConfig, settings_environment
 from stacks.constructs.api_firewall import ApiFirewall
+from stacks.constructs.documents_access import ExportedDocumentsBucket
 from stacks.constructs.entrypoint_function import EntrypointFunction
 from stacks.constructs.lambda_packaging import DependenciesLayer, function_code
 from stacks.constructs.nag import acknowledge
@@ -69,7 +69,7 @@ class ApiStack(cdk.Stack):
         database_proxy: rds.IDatabaseProxy,
         database_secret: secretsmanager.ISecret,
         database_clients: ec2.ISecurityGroup,
-        documents_bucket: s3.IBucket,
+        documents_bucket: ExportedDocumentsBucket,
         relay_function: lambda_.IFunction,
         webhook_state_machine: sfn.IStateMachine,
         **kwargs: Any,
@@ -96,7 +96,7 @@ class ApiStack(cdk.Stack):
             security_groups=[database_clients],
             environment={
                 **database_environment,
-                "DOCUMENTS_BUCKET": config.documents_bucket_name,
+                "DOCUMENTS_BUCKET": documents_bucket.bucket_name,
                 "RELAY_FUNCTION_NAME": relay_function.function_name,
                 # Replays start a new execution of the delivery on DeliveryStack's dispatcher.
                 "WEBHOOK_STATE_MACHINE_ARN": webhook_state_machine.state_machine_arn,
@@ -126,7 +126,7 @@ class ApiStack(cdk.Stack):
         # The nudge invokes the unqualified name, so no version or alias (and no ARN wildcard) is granted.
         relay_function.grant_invoke_latest_version(self.api_handler.function)
         webhook_state_machine.grant_start_execution(self.api_handler.function)
-        self._grant_documents(config, documents_bucket)
+        self._grant_documents(documents_bucket)
 
         self.access_logs = logs.LogGroup(
             self,
@@ -149,27 +149,18 @@ class ApiStack(cdk.Stack):
         """What `tollgate tenants create|sync-usage-keys` need to put tenants' keys on this stage's plan."""
         return grant_usage_keys(grantee, self.usage_plan)
 
-    def _grant_documents(self, config: StageConfig, documents_bucket: s3.IBucket) -> None:
+    def _grant_documents(self, documents_bucket: ExportedDocumentsBucket) -> None:
         """Read and put (never delete) tenants' documents, with the bucket key's encrypt/decrypt."""
-        # The same bucket, referred to by its deterministic name: its ARN in this stack's policy is then
-        # built from local pseudo parameters, not from a cross-stack output whose name CDK derives from a
-        # hash. cdk-nag identifies each wildcard finding by that rendered ARN, so only a stable rendering
-        # can carry a precise acknowledgement.
-        documents = s3.Bucket.from_bucket_attributes(
-            self,
-            "DocumentsBucket",
-            bucket_name=config.documents_bucket_name,
-            encryption_key=documents_bucket.encryption_key,
-        )
+        # Imported from DataStack's exports, so CloudFormation tracks this stack's use of the bucket; cdk-nag
+        # renders the imported ARN with the export's fixed name, which keeps the acknowledgements precise.
+        documents = documents_bucket.imported(self, "DocumentsBucket")
         function = self.api_handler.function
         documents.grant_read(function)
         documents.grant_put(function)
 
         role = function.role
         assert role is not None
-        # The bucket's object ARN as cdk-nag renders it: pseudo parameters appear as <AWS::...>.
-        bucket_name = config.documents_bucket_name_in("<AWS::AccountId>", "<AWS::Region>")
-        objects = f"arn:<AWS::Partition>:s3:::{bucket_name}/*"
+        objects = f"{documents_bucket.nag_bucket_arn}/*"
         same_bucket = "and the statement names only this stage's documents bucket."
         wildcard_reasons = {
             f"Resource::{objects}": (

@@ -582,11 +582,9 @@ class StageConfig(BaseModel):
 
     @property
     def documents_bucket_name(self) -> str:
-        """Unique per account and region; made of pseudo parameters, so it resolves inside any stack."""
-        return self.documents_bucket_name_in(cdk.Aws.ACCOUNT_ID, cdk.Aws.REGION)
-
-    def documents_bucket_name_in(self, account: str, region: str) -> str:
-        return f"tollgate-{self.stage}-documents-{account}-{region}"
+        """The documents bucket's physical name, unique per account and region, kept from its first deploy.
+        Only DataStack uses it: other stacks import the bucket from DataStack's exports."""
+        return f"tollgate-{self.stage}-documents-{cdk.Aws.ACCOUNT_ID}-{cdk.Aws.REGION}"
 
     def stack_name(self, concern: str) -> str:
         return f"Tollgate-{self.stage}-{concern}"

@@ -1,4 +1,4 @@
-"""Helpers shared by the test suites: request bodies and database probes."""
+"""Helpers shared by the test suites: request bodies, database probes and a stand-in cloud assembly."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import socket
 from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import cache
+from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
@@ -145,3 +146,43 @@ class FakeResolver:
         if self.default is not None:
             return self.default
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+
+def write_assembly(
+    root: Path,
+    *,
+    stage: str = "dev",
+    reserved: Sequence[int] = (2, 1),
+    bootstrap: int = 6,
+    manages_api_gateway_account: bool = False,
+    other_stage_reserved: int = 50,
+) -> Path:
+    """A cloud assembly with one stack of ``stage`` (plus one of another stage, which must not count)."""
+    root.mkdir(parents=True, exist_ok=True)
+    artifacts = {}
+    for name, functions, account in (
+        (f"Tollgate-{stage}-Pipeline", list(reserved), manages_api_gateway_account),
+        ("Tollgate-other-Pipeline", [other_stage_reserved], False),
+    ):
+        resources: dict[str, dict[str, object]] = {
+            f"Function{index}": {
+                "Type": "AWS::Lambda::Function",
+                "Properties": {"ReservedConcurrentExecutions": count},
+            }
+            for index, count in enumerate(functions)
+        }
+        resources["Unreserved"] = {"Type": "AWS::Lambda::Function", "Properties": {}}
+        if account:
+            resources["ApiAccount"] = {"Type": "AWS::ApiGateway::Account", "Properties": {}}
+        (root / f"{name}.template.json").write_text(json.dumps({"Resources": resources}))
+        artifacts[name] = {
+            "type": "aws:cloudformation:stack",
+            "environment": "aws://unknown-account/unknown-region",
+            "properties": {
+                "templateFile": f"{name}.template.json",
+                "requiresBootstrapStackVersion": bootstrap,
+                "bootstrapStackVersionSsmParameter": "/cdk-bootstrap/hnb659fds/version",
+            },
+        }
+    (root / "manifest.json").write_text(json.dumps({"artifacts": artifacts}))
+    return root

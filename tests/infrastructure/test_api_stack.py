@@ -12,6 +12,7 @@ import pytest
 from stacks.config import StageConfig
 from tests.infrastructure.cfn import (
     as_list,
+    export_of,
     function_by_handler,
     only,
     policy_statements,
@@ -251,10 +252,13 @@ def test_authorizer_reads_the_database_secret_and_nothing_else(api_template: Tem
 def test_documents_policy_names_the_data_stacks_bucket(
     api_template: Template, data_template: Template
 ) -> None:
-    (bucket,) = [
-        b for b in resources(data_template, "AWS::S3::Bucket").values() if "BucketName" in b["Properties"]
+    (bucket_id,) = [
+        logical_id
+        for logical_id, b in resources(data_template, "AWS::S3::Bucket").items()
+        if "BucketName" in b["Properties"]
     ]
-    bucket_name = render(bucket["Properties"]["BucketName"])
+    # Imported from DataStack's export, so CloudFormation knows this stack uses the bucket.
+    bucket_name = "${Import:" + export_of(data_template, bucket_id) + "}"
     _, function = function_by_handler(api_template, "functions.api.handler.lambda_handler")
     s3_resources = {
         render(resource)
