@@ -149,6 +149,9 @@ WebhookLimits = _settings_section(
 ``WebhookAttemptSettings``. Not ``webhooks_allow_private_targets``: it exists only to run the dispatcher
 locally, and a deployed stage keeps its default."""
 
+# The window of the web ACL's rate rule (waf_rate_limit counts requests in it).
+WAF_RATE_WINDOW_SECONDS = 300
+
 # What one webhook attempt does besides sending: load the delivery, record the outcome (through RDS Proxy).
 WEBHOOK_ATTEMPT_DATABASE_SECONDS = 15
 
@@ -329,11 +332,38 @@ class StageConfig(BaseModel):
     usage_plan_burst: int = Field(default=20, ge=1)
     usage_plan_daily_quota: int = Field(default=50_000, ge=1, description="Requests per tenant per day.")
     enforce_usage_plan: bool = Field(
+        default=True,
+        description=(
+            "Require a usage-plan key on authorized routes, so API Gateway meters, throttles and caps each "
+            "tenant by the usage plan. The authorizer names the tenant's key (usageIdentifierKey) and "
+            "`tollgate tenants create` adds it to the plan; a tenant without one (created before migration "
+            "0018, until `tollgate tenants sync-usage-keys` runs) is answered 403."
+        ),
+    )
+    api_gateway_cloudwatch_role: bool = Field(
+        default=True,
+        description=(
+            "Create the API Gateway CloudWatch role and set it on the account (AWS::ApiGateway::Account), "
+            "which access and execution logging need. It is one setting per account and region: let one "
+            "stage per account and region own it and set false on the others. Both are retained when the "
+            "stack is deleted or the setting turned off, so other stages' logging keeps working."
+        ),
+    )
+    waf_enabled: bool = Field(
         default=False,
         description=(
-            "Require a usage-plan key on authorized routes. Turn on only once the authorizer returns "
-            "usageIdentifierKey and tenant provisioning adds each tenant's key to the plan: until then "
-            "API Gateway would answer every authorized call with 403."
+            "Put a WAFv2 web ACL in front of the REST API stage: a rate limit per source address (blocks a "
+            "flood of wrong keys before the authorizer runs) and AWS's common rule set."
+        ),
+    )
+    waf_rate_limit: int = Field(
+        default=6000,
+        ge=10,
+        le=2_000_000_000,
+        description=(
+            "Requests one source address may send in any five minutes before the web ACL blocks it with "
+            "429. At least a tenant's usage plan rate for five minutes, so a tenant behind one address is "
+            "limited by its plan, not by the firewall."
         ),
     )
     authorizer_cache_ttl_seconds: int = Field(
@@ -556,6 +586,15 @@ class StageConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _firewall_above_a_tenants_plan(self) -> StageConfig:
+        if self.waf_rate_limit < self.usage_plan_rate * WAF_RATE_WINDOW_SECONDS:
+            raise ValueError(
+                "waf_rate_limit is below usage_plan_rate for five minutes: the firewall would block a tenant "
+                "sending from one address before its usage plan does"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _idle_settings_hold_together(self) -> StageConfig:
         if self.auto_pause and self.tick_minutes * 60 <= self.database_awake_after_tick_seconds:
             raise ValueError(
@@ -690,11 +729,9 @@ class StageConfig(BaseModel):
 
     @property
     def documents_bucket_name(self) -> str:
-        """Unique per account and region; made of pseudo parameters, so it resolves inside any stack."""
-        return self.documents_bucket_name_in(cdk.Aws.ACCOUNT_ID, cdk.Aws.REGION)
-
-    def documents_bucket_name_in(self, account: str, region: str) -> str:
-        return f"tollgate-{self.stage}-documents-{account}-{region}"
+        """The documents bucket's physical name, unique per account and region, kept from its first deploy.
+        Only DataStack uses it: other stacks import the bucket from DataStack's exports."""
+        return f"tollgate-{self.stage}-documents-{cdk.Aws.ACCOUNT_ID}-{cdk.Aws.REGION}"
 
     def stack_name(self, concern: str) -> str:
         return f"Tollgate-{self.stage}-{concern}"

@@ -22,6 +22,7 @@ from constructs import Construct
 
 from stacks.config import IDLE_SESSION_TIMEOUT_SECONDS, StageConfig
 from stacks.constructs.database_migrations import DatabaseMigrations
+from stacks.constructs.documents_access import ExportedDocumentsBucket
 from stacks.constructs.lambda_packaging import DependenciesLayer, function_code
 from stacks.constructs.nag import acknowledge
 from tollgate.scheduler.retention import ARCHIVE_PREFIX
@@ -35,6 +36,7 @@ ADMIN_USER = "tollgate_admin"
 ISOLATED = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
 EGRESS = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
 HTTPS = ec2.Port.tcp(443)
+ROTATION_PERIOD = cdk.Duration.days(30)
 
 
 class DataStack(cdk.Stack):
@@ -138,7 +140,8 @@ class DataStack(cdk.Stack):
             cluster=self.database_cluster,
         )
 
-        cdk.CfnOutput(self, "DocumentsBucketName", value=self.documents_bucket.bucket_name)
+        # Other stacks import these (their grants and DOCUMENTS_BUCKET), so CloudFormation tracks the use.
+        self.documents_exports = ExportedDocumentsBucket.export(self.documents_bucket, self.documents_key)
         cdk.CfnOutput(
             self,
             "DatabaseProxyEndpoint" if self.database_proxy is not None else "DatabaseEndpoint",
@@ -225,6 +228,9 @@ class DataStack(cdk.Stack):
 
     def _storage(self) -> tuple[s3.Bucket, kms.Key, s3.Bucket]:
         removal_policy = self.config.cdk_removal_policy
+        # CloudFormation cannot delete a bucket that holds objects (or old versions), so a stage that is
+        # destroyed with its data empties both buckets first; a stage that retains data never deletes them.
+        empty_on_destroy = not self.config.retains_data
         # Old versions outlive any job that may still read them (its deadline) plus a week for support
         # redrives; at least 30 days.
         max_deadline_days = math.ceil(self.config.jobs.max_deadline_seconds / 86_400)
@@ -239,6 +245,7 @@ class DataStack(cdk.Stack):
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             lifecycle_rules=[s3.LifecycleRule(expiration=cdk.Duration.days(365))],
             removal_policy=removal_policy,
+            auto_delete_objects=empty_on_destroy,
         )
         key = kms.Key(
             self,
@@ -250,7 +257,8 @@ class DataStack(cdk.Stack):
         documents = s3.Bucket(
             self,
             "Documents",
-            # Named so other stacks can refer to it without a cross-stack token (see ApiStack).
+            # Its deployed name, kept so the bucket is never replaced; other stacks import its name and key
+            # through this stack's exports (DocumentsExports), never by rebuilding the name.
             bucket_name=self.config.documents_bucket_name,
             encryption=s3.BucketEncryption.KMS,
             encryption_key=key,
@@ -287,6 +295,7 @@ class DataStack(cdk.Stack):
                 ),
             ],
             removal_policy=removal_policy,
+            auto_delete_objects=empty_on_destroy,
         )
         return access_logs, key, documents
 
@@ -347,9 +356,51 @@ class DataStack(cdk.Stack):
                 "snapshotted on delete. Stages with removal_policy=retain (prod) turn deletion protection "
                 "on.",
             )
-        cluster.add_rotation_single_user(
-            automatically_after=cdk.Duration.days(30),
-            endpoint=self.secrets_manager_endpoint,
-            vpc_subnets=ISOLATED,
+        self.rotation_clients = rotate_master_secret(
+            cluster, vpc=self.vpc, secrets_manager_endpoint=self.secrets_manager_endpoint
         )
         return cluster
+
+
+def rotate_master_secret(
+    cluster: rds.DatabaseCluster,
+    *,
+    vpc: ec2.IVpc,
+    secrets_manager_endpoint: ec2.IInterfaceVpcEndpoint | None,
+    every: cdk.Duration = ROTATION_PERIOD,
+) -> ec2.SecurityGroup:
+    """Rotate the cluster's master secret with AWS's single-user rotation function, placed where it can reach
+    both the cluster and Secrets Manager; returns the function's security group.
+
+    The function calls Secrets Manager's API (get, put, describe the secret) and connects to PostgreSQL. With
+    an interface endpoint it runs in the endpoint's subnets and the endpoint admits its security group; a
+    stage without interface endpoints puts it in the egress subnets, where Secrets Manager's public endpoint
+    is reached through NAT. Either way nothing else is open to it.
+    """
+    scope = cluster.stack
+    rotation_clients = ec2.SecurityGroup(
+        scope,
+        "SecretRotationClients",
+        vpc=vpc,
+        description="Master secret rotation: PostgreSQL to the cluster, HTTPS to Secrets Manager",
+        allow_all_outbound=False,
+    )
+    if secrets_manager_endpoint is not None:
+        # Adds the endpoint's ingress on 443 from this group and this group's egress to the endpoint's.
+        secrets_manager_endpoint.connections.allow_default_port_from(rotation_clients, "Secret rotation")
+        subnets = ISOLATED
+    else:
+        rotation_clients.add_egress_rule(
+            ec2.Peer.any_ipv4(), HTTPS, "Secrets Manager's public endpoint, through NAT"
+        )
+        subnets = EGRESS
+    # The rotation adds the cluster's ingress on 5432 from this group (and this group's egress to it). It is
+    # not given the endpoint: the function then calls secretsmanager.<region>.amazonaws.com, which the
+    # endpoint's private DNS answers inside the VPC (and NAT outside it), rather than a hostname CDK derives
+    # from the endpoint's id.
+    cluster.add_rotation_single_user(
+        automatically_after=every,
+        vpc_subnets=subnets,
+        security_group=rotation_clients,
+    )
+    return rotation_clients

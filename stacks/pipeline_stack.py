@@ -13,13 +13,12 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.config import StageConfig, settings_environment
-from stacks.constructs.documents_access import DocumentsRetentionAccess
+from stacks.constructs.documents_access import DocumentsRetentionAccess, ExportedDocumentsBucket
 from stacks.constructs.entrypoint_function import EntrypointFunction
 from stacks.constructs.job_queue import JobQueue, construct_name
 from stacks.constructs.lambda_packaging import DependenciesLayer, function_code
@@ -41,7 +40,7 @@ class PipelineStack(cdk.Stack):
         database_secret: secretsmanager.ISecret,
         database_clients: ec2.ISecurityGroup,
         webhook_state_machine: sfn.IStateMachine,
-        documents_bucket: s3.IBucket,
+        documents_bucket: ExportedDocumentsBucket,
         results_bus: events.IEventBus,
         results_event_source: str,
         **kwargs: Any,
@@ -106,7 +105,7 @@ class PipelineStack(cdk.Stack):
                 # Deliveries whose execution ended without delivering them are started again from here.
                 "WEBHOOK_STATE_MACHINE_ARN": webhook_state_machine.state_machine_arn,
                 # Retention archives finished jobs there and deletes document versions no job uses.
-                "DOCUMENTS_BUCKET": config.documents_bucket_name,
+                "DOCUMENTS_BUCKET": documents_bucket.bucket_name,
                 **settings_environment(config.retry),
                 **settings_environment(config.scheduler),
                 **settings_environment(config.retention),
@@ -125,9 +124,7 @@ class PipelineStack(cdk.Stack):
             webhook_state_machine.grant_start_execution(starter.function)
         scheduler_role = self.scheduler.function.role
         assert scheduler_role is not None
-        DocumentsRetentionAccess(
-            self, "Retention", config=config, documents_bucket=documents_bucket, role=scheduler_role
-        )
+        DocumentsRetentionAccess(self, "Retention", documents_bucket=documents_bucket, role=scheduler_role)
 
         # The support CLI's `tollgate dlq` commands read and redrive these: JOB_QUEUE_URLS and JOB_DLQ_URLS.
         cdk.CfnOutput(

@@ -19,7 +19,6 @@ from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
@@ -37,7 +36,7 @@ from stacks.constructs.backlog_metrics import (
     RUNNING_JOBS,
     scheduler_metric,
 )
-from stacks.constructs.documents_access import DocumentsReadAccess
+from stacks.constructs.documents_access import DocumentsReadAccess, ExportedDocumentsBucket
 from stacks.constructs.entrypoint_function import METRICS_NAMESPACE
 from stacks.constructs.nag import acknowledge
 from stacks.constructs.service_metrics import WORKER_SERVICE
@@ -71,13 +70,14 @@ class WorkerStack(cdk.Stack):
         database_endpoint: str,
         database_secret: secretsmanager.ISecret,
         database_clients: ec2.ISecurityGroup,
-        documents_bucket: s3.IBucket,
+        documents_bucket: ExportedDocumentsBucket,
         job_queues: Mapping[str, sqs.IQueue],
         relay_function: lambda_.IFunction,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, env=config.environment, **kwargs)
         self.config = config
+        self.documents_bucket = documents_bucket
 
         self.cluster = ecs.Cluster(
             self,
@@ -161,7 +161,7 @@ class WorkerStack(cdk.Stack):
         database_endpoint: str,
         database_secret: secretsmanager.ISecret,
         database_clients: ec2.ISecurityGroup,
-        documents_bucket: s3.IBucket,
+        documents_bucket: ExportedDocumentsBucket,
         job_queues: Mapping[str, sqs.IQueue],
         relay_function: lambda_.IFunction,
     ) -> None:
@@ -284,7 +284,7 @@ class WorkerStack(cdk.Stack):
             "JOB_QUEUE_URLS": self.to_json_string(
                 {name: queue.queue_url for name, queue in job_queues.items()}
             ),
-            "DOCUMENTS_BUCKET": config.documents_bucket_name,
+            "DOCUMENTS_BUCKET": self.documents_bucket.bucket_name,
             # The completion budget acceptance estimated each job with; asking for more could overrun it.
             "MAX_OUTPUT_TOKENS": str(config.jobs.max_output_tokens),
             **settings_environment(config.retry),
@@ -303,16 +303,14 @@ class WorkerStack(cdk.Stack):
         task_definition: ecs.FargateTaskDefinition,
         prefix: str,
         database_secret: secretsmanager.ISecret,
-        documents_bucket: s3.IBucket,
+        documents_bucket: ExportedDocumentsBucket,
         job_queues: Mapping[str, sqs.IQueue],
     ) -> None:
         task_role = task_definition.task_role
         for queue in job_queues.values():
             queue.grant_consume_messages(task_role)
         database_secret.grant_read(task_role)
-        DocumentsReadAccess(
-            self, f"{prefix}Documents", config=config, documents_bucket=documents_bucket, role=task_role
-        )
+        DocumentsReadAccess(self, f"{prefix}Documents", documents_bucket=documents_bucket, role=task_role)
         execution_role = task_definition.execution_role
         assert execution_role is not None, "an asset image and an ECS secret give the task an execution role"
         acknowledge(

@@ -18,6 +18,7 @@ from tollgate.settings import (
     RelaySettings,
     SchedulerSettings,
     SupportSettings,
+    TenantProvisioningSettings,
     WebhookAttemptSettings,
     WorkerSettings,
 )
@@ -31,6 +32,7 @@ ENTRYPOINTS: dict[str, type[BaseSettings]] = {
     "worker": WorkerSettings,
     "webhook_attempt": WebhookAttemptSettings,
     "support CLI": SupportSettings,
+    "tenants CLI": TenantProvisioningSettings,
 }
 START, END = "<!-- configuration:start -->", "<!-- configuration:end -->"
 TYPES_START, TYPES_END = "<!-- job-types:start -->", "<!-- job-types:end -->"

@@ -40,6 +40,14 @@ def test_prod_keeps_its_data() -> None:
     assert prod.retains_data
 
 
+@pytest.mark.parametrize("stage", ["staging", "prod"])
+def test_stages_that_take_tenants_traffic_have_a_firewall_and_enforce_usage_plans(stage: str) -> None:
+    config = StageConfig.from_context({**cdk_json_context(), "stage": stage})
+
+    assert config.waf_enabled
+    assert config.enforce_usage_plan
+
+
 def test_prod_gives_every_az_its_own_nat_gateway() -> None:
     prod = StageConfig.from_context({**cdk_json_context(), "stage": "prod"})
 
