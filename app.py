@@ -57,7 +57,7 @@ def build_app(
     )
     database = {
         "vpc": data.vpc,
-        "database_proxy": data.database_proxy,
+        "database_endpoint": data.database_endpoint,
         "database_secret": data.database_secret,
         "database_clients": data.database_clients,
     }

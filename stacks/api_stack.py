@@ -15,7 +15,6 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_rds as rds
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
@@ -66,7 +65,7 @@ class ApiStack(cdk.Stack):
         *,
         config: StageConfig,
         vpc: ec2.IVpc,
-        database_proxy: rds.IDatabaseProxy,
+        database_endpoint: str,
         database_secret: secretsmanager.ISecret,
         database_clients: ec2.ISecurityGroup,
         documents_bucket: ExportedDocumentsBucket,
@@ -79,9 +78,11 @@ class ApiStack(cdk.Stack):
         layer = DependenciesLayer(self, "Dependencies", layer_dir=config.layer_dir).layer
         database_environment = {
             "DATABASE_SECRET_ARN": database_secret.secret_arn,
-            "DATABASE_HOST": database_proxy.endpoint,
+            "DATABASE_HOST": database_endpoint,
             # One request at a time per execution environment; RDS Proxy does the pooling across them.
             "DATABASE_POOL_SIZE": "1",
+            # Where the cluster pauses: long enough for its resume, still under the 25 s below.
+            **config.database_wait_environment(),
         }
 
         self.api_handler = EntrypointFunction(
@@ -119,7 +120,8 @@ class ApiStack(cdk.Stack):
             vpc=vpc,
             security_groups=[database_clients],
             environment={**database_environment, **settings_environment(config.authorizer)},
-            timeout=cdk.Duration.seconds(10),
+            # A key not in its cache is looked up in PostgreSQL, which may first have to resume.
+            timeout=cdk.Duration.seconds(25 if config.auto_pause else 10),
         )
         for handler in (self.api_handler, self.authorizer_handler):
             database_secret.grant_read(handler.function)

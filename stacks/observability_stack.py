@@ -213,7 +213,7 @@ class ObservabilityStack(cdk.Stack):
                     "relay. No data does not alarm: the gauge is absent until the scheduler's first tick "
                     "after a deploy, and a failing scheduler raises SchedulerErrors."
                 ),
-                metric=scheduler_metric(OLDEST_UNPUBLISHED_OUTBOX_AGE),
+                metric=scheduler_metric(OLDEST_UNPUBLISHED_OUTBOX_AGE, period=self.config.tick_period),
                 threshold=config.outbox_age_alarm_seconds,
                 evaluation_periods=GAUGE_PERIODS,
             ),
@@ -274,7 +274,7 @@ class ObservabilityStack(cdk.Stack):
                     "(database, a paused provider key, a spent provider budget). No data does not alarm: the "
                     "SchedulerErrors alarm reports a failing scheduler."
                 ),
-                metric=scheduler_metric(OLDEST_ELIGIBLE_JOB_AGE),
+                metric=scheduler_metric(OLDEST_ELIGIBLE_JOB_AGE, period=self.config.tick_period),
                 threshold=config.eligible_job_age_alarm_seconds,
                 evaluation_periods=GAUGE_PERIODS,
             ),
@@ -287,7 +287,7 @@ class ObservabilityStack(cdk.Stack):
                     "there or a change made with triggers off; the scheduler's log names the tenant. "
                     "Admission and the fair claim read these counters."
                 ),
-                metric=scheduler_metric(COUNTER_DRIFT),
+                metric=scheduler_metric(COUNTER_DRIFT, period=self.config.tick_period),
                 threshold=0,
             ),
             "worker_errors": self._alarm(
@@ -387,7 +387,7 @@ class ObservabilityStack(cdk.Stack):
                     "oldest first; decide with `tollgate reviews decide` or a key with the review scope. "
                     "No data does not alarm: SchedulerErrors reports a failing scheduler."
                 ),
-                metric=scheduler_metric(OLDEST_WAITING_REVIEW_AGE),
+                metric=scheduler_metric(OLDEST_WAITING_REVIEW_AGE, period=self.config.tick_period),
                 threshold=config.review_age_alarm_seconds,
                 evaluation_periods=GAUGE_PERIODS,
             ),
@@ -452,8 +452,18 @@ class ObservabilityStack(cdk.Stack):
             "Pipeline: do accepted jobs reach the queues?",
             graph(
                 "Outbox",
-                [scheduler_metric(UNPUBLISHED_OUTBOX_EVENTS, label="Unpublished events")],
-                right=[scheduler_metric(OLDEST_UNPUBLISHED_OUTBOX_AGE, label="Oldest unpublished (s)")],
+                [
+                    scheduler_metric(
+                        UNPUBLISHED_OUTBOX_EVENTS, period=self.config.tick_period, label="Unpublished events"
+                    )
+                ],
+                right=[
+                    scheduler_metric(
+                        OLDEST_UNPUBLISHED_OUTBOX_AGE,
+                        period=self.config.tick_period,
+                        label="Oldest unpublished (s)",
+                    )
+                ],
                 right_annotations=[alarms["outbox_age"].to_annotation()],
                 width=THIRD,
             ),
@@ -505,14 +515,20 @@ class ObservabilityStack(cdk.Stack):
             graph(
                 "Backlog",
                 [
-                    scheduler_metric(RUNNABLE_JOBS, label="Runnable"),
-                    scheduler_metric(RUNNING_JOBS, label="Running"),
-                    scheduler_metric(WAITING_RETRIES, label="Waiting to retry"),
+                    scheduler_metric(RUNNABLE_JOBS, period=self.config.tick_period, label="Runnable"),
+                    scheduler_metric(RUNNING_JOBS, period=self.config.tick_period, label="Running"),
+                    scheduler_metric(
+                        WAITING_RETRIES, period=self.config.tick_period, label="Waiting to retry"
+                    ),
                 ],
             ),
             graph(
                 "Oldest eligible job (s)",
-                [scheduler_metric(OLDEST_ELIGIBLE_JOB_AGE, label="Oldest eligible")],
+                [
+                    scheduler_metric(
+                        OLDEST_ELIGIBLE_JOB_AGE, period=self.config.tick_period, label="Oldest eligible"
+                    )
+                ],
                 left_annotations=[
                     cloudwatch.HorizontalAnnotation(
                         value=config.worker_scale_out_job_age_seconds, label="Adds a task"
@@ -593,8 +609,12 @@ class ObservabilityStack(cdk.Stack):
             ),
             graph(
                 "Waiting reviews",
-                [scheduler_metric(REVIEWS_WAITING, label="Waiting")],
-                right=[scheduler_metric(OLDEST_WAITING_REVIEW_AGE, label="Oldest (s)")],
+                [scheduler_metric(REVIEWS_WAITING, period=self.config.tick_period, label="Waiting")],
+                right=[
+                    scheduler_metric(
+                        OLDEST_WAITING_REVIEW_AGE, period=self.config.tick_period, label="Oldest (s)"
+                    )
+                ],
                 right_annotations=[alarms["review_age"].to_annotation()],
                 width=QUARTER,
             ),

@@ -13,7 +13,6 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_rds as rds
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
@@ -24,8 +23,6 @@ from stacks.constructs.entrypoint_function import EntrypointFunction
 from stacks.constructs.job_queue import JobQueue, construct_name
 from stacks.constructs.lambda_packaging import DependenciesLayer, function_code
 from tollgate.jobtypes.registry import JOB_TYPES
-
-EVERY_MINUTE = events.Schedule.rate(cdk.Duration.minutes(1))
 
 
 class PipelineStack(cdk.Stack):
@@ -39,7 +36,7 @@ class PipelineStack(cdk.Stack):
         *,
         config: StageConfig,
         vpc: ec2.IVpc,
-        database_proxy: rds.IDatabaseProxy,
+        database_endpoint: str,
         database_secret: secretsmanager.ISecret,
         database_clients: ec2.ISecurityGroup,
         webhook_state_machine: sfn.IStateMachine,
@@ -67,8 +64,9 @@ class PipelineStack(cdk.Stack):
         # Both functions work across tenants; DatabaseSettings' role default for them is tollgate_system.
         database_environment = {
             "DATABASE_SECRET_ARN": database_secret.secret_arn,
-            "DATABASE_HOST": database_proxy.endpoint,
+            "DATABASE_HOST": database_endpoint,
             "DATABASE_POOL_SIZE": "1",
+            **config.database_wait_environment(),
         }
 
         self.relay = EntrypointFunction(
@@ -164,8 +162,9 @@ class PipelineStack(cdk.Stack):
             events.Rule(
                 handler,
                 "EveryMinute",
-                description=f"Tollgate {config.stage}: {what} every minute",
-                schedule=EVERY_MINUTE,
+                description=f"Tollgate {config.stage}: {what} {config.tick_words}",
+                # Every minute unless the stage spaces ticks out so a pausing cluster can pause.
+                schedule=config.tick_schedule,
                 targets=[
                     targets.LambdaFunction(
                         handler.function, event=events.RuleTargetInput.from_object({"source": source})

@@ -44,7 +44,8 @@ class DatabaseSettings(BaseSettings):
         default=None, description="Secrets Manager secret with username/password/host/port/dbname."
     )
     database_host: str | None = Field(
-        default=None, description="Host to connect to instead of the secret's (the RDS Proxy endpoint)."
+        default=None,
+        description="Host to connect to instead of the secret's: RDS Proxy, or without one the writer.",
     )
     database_ca_bundle: Path | None = Field(
         default=None,
