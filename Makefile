@@ -59,8 +59,8 @@ demo: setup-runtime ## Start the local system, drive it as tenants would, show t
 chaos: setup-runtime ## Inject faults under traffic, then check the ledger; fails if any promise broke (SEED=n)
 	$(VENV)/bin/tollgate local chaos $(if $(SEED),--seed $(SEED))
 
-synth: setup ## Synthesize CloudFormation templates to cdk.out/ offline, with cdk-nag on (STAGE=dev)
-	$(RUN) layers/build.py
+synth: setup ## Synthesize CloudFormation templates to cdk.out/ offline, with cdk-nag on (STAGE=dev; BYTECODE=skip)
+	$(RUN) layers/build.py $(if $(BYTECODE),--bytecode $(BYTECODE))
 	rm -rf cdk.out
 	$(RUN) app.py -c stage=$(STAGE)
 
