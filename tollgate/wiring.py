@@ -8,11 +8,11 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-import boto3
 from aws_lambda_powertools import Logger
 
 from tollgate.accept.service import AcceptanceDeps, AcceptanceLimits
 from tollgate.api.deps import ApiDeps
+from tollgate.core.aws import lazy_client
 from tollgate.core.clock import SystemClock, new_id
 from tollgate.core.documents import S3DocumentStore
 from tollgate.core.metrics import MetricsSink, RecordedMetrics
@@ -68,13 +68,13 @@ logger = Logger(service="tollgate-relay", child=True)
 
 def build_api(settings: ApiSettings, db: Database | None = None, nudger: Nudger | None = None) -> ApiDeps:
     db = db or build_database(settings, pool_name="api")
-    store = S3DocumentStore(boto3.client("s3"), settings.documents_bucket)
+    store = S3DocumentStore(lazy_client("s3"), settings.documents_bucket)
     if nudger is None:
         nudger = _relay_nudger(settings.relay_function_name)
     clock = SystemClock()
     replays = (
         ReplayDeps(
-            db, clock, StepFunctionsStarter(boto3.client("stepfunctions"), settings.webhook_state_machine_arn)
+            db, clock, StepFunctionsStarter(lazy_client("stepfunctions"), settings.webhook_state_machine_arn)
         )
         if settings.webhook_state_machine_arn
         else None
@@ -114,7 +114,7 @@ def build_relay(
     """The routing table lives here: requested events to the jobs queue, outcome events to webhooks and the
     results bus."""
     db = db or build_database(settings, pool_name="relay")
-    sqs = boto3.client("sqs")
+    sqs = lazy_client("sqs")
     job_queues = JobTypeQueues(
         {
             job_type: SqsFifoPublisher(sqs, url, settings.message_group_shards)
@@ -123,7 +123,7 @@ def build_relay(
     )
     if starter is None:
         starter = (
-            StepFunctionsStarter(boto3.client("stepfunctions"), settings.webhook_state_machine_arn)
+            StepFunctionsStarter(lazy_client("stepfunctions"), settings.webhook_state_machine_arn)
             if settings.webhook_state_machine_arn
             else NoDispatcher()
         )
@@ -136,7 +136,7 @@ def build_relay(
         # Confirmed only when both confirmed: a bus that is down keeps the event for the next run, whose
         # republish the webhook side absorbs (one delivery per event and endpoint).
         bus = EventBridgePublisher(
-            events_client or boto3.client("events"), settings.results_bus_name, settings.results_event_source
+            events_client or lazy_client("events"), settings.results_bus_name, settings.results_event_source
         )
         outcomes = FanOutPublisher((("webhooks", webhooks), ("results bus", bus)))
         bus_only = bus
@@ -175,12 +175,12 @@ def build_scheduler(
         jitter=random.uniform,
         batch_size=settings.scheduler_batch_size,
         deliveries=(
-            StepFunctionsStarter(boto3.client("stepfunctions"), settings.webhook_state_machine_arn)
+            StepFunctionsStarter(lazy_client("stepfunctions"), settings.webhook_state_machine_arn)
             if settings.webhook_state_machine_arn
             else None
         ),
         delivery_stall=timedelta(seconds=settings.delivery_stall_seconds),
-        retention_store=S3RetentionStore(boto3.client("s3"), settings.documents_bucket),
+        retention_store=S3RetentionStore(lazy_client("s3"), settings.documents_bucket),
         retention=RetentionPolicy(
             default_days=settings.retention_default_days,
             outbox_days=settings.retention_outbox_days,
@@ -192,7 +192,7 @@ def build_scheduler(
 
 
 def _relay_nudger(function_name: str | None) -> Nudger:
-    return LambdaNudger(boto3.client("lambda"), function_name) if function_name else NoNudge()
+    return LambdaNudger(lazy_client("lambda"), function_name) if function_name else NoNudge()
 
 
 def build_execution(
@@ -215,7 +215,7 @@ def build_execution(
         llm = OpenAIExtractor(client, clock, settings.provider_structured_output)
     return ExecutionDeps(
         db=db,
-        documents=S3DocumentStore(boto3.client("s3"), settings.documents_bucket),
+        documents=S3DocumentStore(lazy_client("s3"), settings.documents_bucket),
         llm=llm,
         limiter=limiter or build_limiter(settings, clock),
         clock=clock,
@@ -276,7 +276,7 @@ def build_ingress(settings: WorkerSettings, db: Database | None = None) -> tuple
     """One consumer per job type's queue, sharing the database pool and the SQS client (boto3 clients are
     thread-safe): the worker runs a receive loop for each, so a quiet queue's long poll delays no other."""
     db = db or build_database(settings, pool_name="ingress")
-    sqs = boto3.client("sqs")
+    sqs = lazy_client("sqs")
     clock = SystemClock()
     return tuple(
         IngressDeps(
@@ -299,6 +299,8 @@ def build_support(
     commands that only use the database need nothing else. ``aws`` points the clients somewhere other than
     the default chain (the local system's moto) without touching the environment. The actor defaults to the
     login name."""
+    import boto3  # the CLI's own clients; imported here so the Lambdas' wiring does not load it at init
+
     session = (
         boto3.session.Session(
             aws_access_key_id=aws.access_key_id,
@@ -344,6 +346,8 @@ def build_review_cli(settings: SupportDatabaseSettings, *, aws: AwsEndpoint | No
     the settings name one (a document kept in its row needs none)."""
     store = None
     if settings.documents_bucket:
+        import boto3  # the CLI's own clients; imported here so the Lambdas' wiring does not load it at init
+
         session = (
             boto3.session.Session(
                 aws_access_key_id=aws.access_key_id,
