@@ -10,41 +10,20 @@ from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
 
+# Only what the API and the authorizer build is imported here. Every other entrypoint's pieces are imported
+# inside its build_*, so a Lambda's cold start does not load the worker's, the relay's or the CLI's modules
+# (a quarter of a second of the API's import, measured in BENCHMARKS.md's cold-start section).
 from tollgate.accept.service import AcceptanceDeps, AcceptanceLimits
 from tollgate.api.deps import ApiDeps
 from tollgate.core.aws import lazy_client
 from tollgate.core.clock import SystemClock, new_id
 from tollgate.core.documents import S3DocumentStore
-from tollgate.core.metrics import MetricsSink, RecordedMetrics
-from tollgate.core.retry import RetryPolicy
 from tollgate.db import Database, build_database
-from tollgate.delivery.attempts import AttemptDeps
-from tollgate.delivery.deliveries import (
-    DeliveryStarter,
-    NoDispatcher,
-    ReplayDeps,
-    StepFunctionsStarter,
-    WebhookDispatcher,
-)
+from tollgate.delivery.deliveries import ReplayDeps, StepFunctionsStarter
 from tollgate.delivery.endpoints import EndpointDeps
-from tollgate.delivery.sender import SenderLimits, WebhookSender
 from tollgate.delivery.signing import new_secret
-from tollgate.events import BUS_ONLY_EVENT_TYPES, EXTRACTION_REQUESTED, OUTCOME_EVENT_TYPES
-from tollgate.execution.attempt import ExecutionDeps, ModelRouter
-from tollgate.execution.limiter import Limiter
-from tollgate.execution.limiter.factory import build_limiter
-from tollgate.execution.llm.client import LlmClient, OpenAIExtractor
-from tollgate.execution.worker import WorkerConfig
-from tollgate.ingress.consumer import IngressDeps
-from tollgate.outbox.eventbridge import EventBridgePublisher, PutEventsClient
-from tollgate.outbox.fanout import FanOutPublisher, NoSubscriber
-from tollgate.outbox.job_queues import JobTypeQueues
 from tollgate.outbox.nudge import LambdaNudger, NoNudge, Nudger
-from tollgate.outbox.relay import Publisher, RelayDeps
-from tollgate.outbox.sqs import SqsFifoPublisher
 from tollgate.review.service import ReviewDeps
-from tollgate.scheduler.retention import RetentionPolicy, S3RetentionStore
-from tollgate.scheduler.tick import SchedulerDeps
 from tollgate.settings import (
     ApiSettings,
     AuthorizerSettings,
@@ -56,12 +35,25 @@ from tollgate.settings import (
     WebhookAttemptSettings,
     WorkerSettings,
 )
-from tollgate.support.configuration import AwsEndpoint
-from tollgate.support.service import SupportDeps, TypeQueues
 from tollgate.tenants.keys import ApiKeyResolver
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
+
+    from tollgate.core.metrics import MetricsSink
+    from tollgate.core.retry import RetryPolicy
+    from tollgate.delivery.attempts import AttemptDeps
+    from tollgate.delivery.deliveries import DeliveryStarter
+    from tollgate.execution.attempt import ExecutionDeps
+    from tollgate.execution.limiter import Limiter
+    from tollgate.execution.llm.client import LlmClient
+    from tollgate.execution.worker import WorkerConfig
+    from tollgate.ingress.consumer import IngressDeps
+    from tollgate.outbox.eventbridge import PutEventsClient
+    from tollgate.outbox.relay import Publisher, RelayDeps
+    from tollgate.scheduler.tick import SchedulerDeps
+    from tollgate.support.configuration import AwsEndpoint
+    from tollgate.support.service import SupportDeps
 
 logger = Logger(service="tollgate-relay", child=True)
 
@@ -113,6 +105,14 @@ def build_relay(
 ) -> RelayDeps:
     """The routing table lives here: requested events to the jobs queue, outcome events to webhooks and the
     results bus."""
+    from tollgate.delivery.deliveries import NoDispatcher, WebhookDispatcher
+    from tollgate.events import BUS_ONLY_EVENT_TYPES, EXTRACTION_REQUESTED, OUTCOME_EVENT_TYPES
+    from tollgate.outbox.eventbridge import EventBridgePublisher
+    from tollgate.outbox.fanout import FanOutPublisher, NoSubscriber
+    from tollgate.outbox.job_queues import JobTypeQueues
+    from tollgate.outbox.relay import RelayDeps
+    from tollgate.outbox.sqs import SqsFifoPublisher
+
     db = db or build_database(settings, pool_name="relay")
     sqs = lazy_client("sqs")
     job_queues = JobTypeQueues(
@@ -156,6 +156,8 @@ def build_relay(
 
 
 def retry_policy(settings: RetrySettings) -> RetryPolicy:
+    from tollgate.core.retry import RetryPolicy
+
     return RetryPolicy(
         base_seconds=settings.retry_base_seconds,
         cap_seconds=settings.retry_cap_seconds,
@@ -166,6 +168,9 @@ def retry_policy(settings: RetrySettings) -> RetryPolicy:
 def build_scheduler(
     settings: SchedulerSettings, metrics: MetricsSink, db: Database | None = None
 ) -> SchedulerDeps:
+    from tollgate.scheduler.retention import RetentionPolicy, S3RetentionStore
+    from tollgate.scheduler.tick import SchedulerDeps
+
     return SchedulerDeps(
         db=db or build_database(settings, pool_name="scheduler"),
         clock=SystemClock(),
@@ -204,6 +209,11 @@ def build_execution(
     *,
     metrics: MetricsSink | None = None,
 ) -> ExecutionDeps:
+    from tollgate.core.metrics import RecordedMetrics
+    from tollgate.execution.attempt import ExecutionDeps, ModelRouter
+    from tollgate.execution.limiter.factory import build_limiter
+    from tollgate.execution.llm.client import OpenAIExtractor
+
     clock = SystemClock()
     if llm is None:
         import openai  # the worker's dependency only; the API's cold start does without it
@@ -236,6 +246,8 @@ def build_execution(
 
 
 def worker_config(settings: WorkerSettings) -> WorkerConfig:
+    from tollgate.execution.worker import WorkerConfig
+
     return WorkerConfig(
         slots=settings.execution_slots,
         tenant_cap=settings.tenant_max_in_flight,
@@ -253,6 +265,10 @@ def build_webhook_attempts(
     time_scale: float = 1.0,
 ) -> AttemptDeps:
     """``time_scale`` below 1 compresses the retry waits: only the local system passes one."""
+    from tollgate.core.metrics import RecordedMetrics
+    from tollgate.delivery.attempts import AttemptDeps
+    from tollgate.delivery.sender import SenderLimits, WebhookSender
+
     sender = WebhookSender(
         allow_private_targets=settings.webhooks_allow_private_targets,
         limits=SenderLimits(
@@ -275,6 +291,8 @@ def build_webhook_attempts(
 def build_ingress(settings: WorkerSettings, db: Database | None = None) -> tuple[IngressDeps, ...]:
     """One consumer per job type's queue, sharing the database pool and the SQS client (boto3 clients are
     thread-safe): the worker runs a receive loop for each, so a quiet queue's long poll delays no other."""
+    from tollgate.ingress.consumer import IngressDeps
+
     db = db or build_database(settings, pool_name="ingress")
     sqs = lazy_client("sqs")
     clock = SystemClock()
@@ -300,6 +318,8 @@ def build_support(
     the default chain (the local system's moto) without touching the environment. The actor defaults to the
     login name."""
     import boto3  # the CLI's own clients; imported here so the Lambdas' wiring does not load it at init
+
+    from tollgate.support.service import SupportDeps, TypeQueues
 
     session = (
         boto3.session.Session(
