@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from layers import build
 from stacks.config import REPO_ROOT
 from stacks.constructs.lambda_packaging import (
     LAMBDA_ARCHITECTURE,
     LAMBDA_RUNTIME,
     RUNTIME_FOLDERS,
-    code_folder,
 )
 from stacks.constructs.nag import NAG_PACK
 from tests.infrastructure.cfn import local_id, resources, subnet_groups
@@ -226,22 +224,12 @@ def test_every_stack_with_functions_uses_the_same_code_asset(
         assert (asset / "functions" / entrypoint / "handler.py").is_file()
 
 
-def _layer_build_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("layer_build", REPO_ROOT / "layers" / "build.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_layer_is_built_for_the_functions_runtime_and_architecture(
     api_template: dict[str, Any],
     data_template: dict[str, Any],
     pipeline_template: dict[str, Any],
     delivery_template: dict[str, Any],
 ) -> None:
-    build = _layer_build_script()
-
     assert LAMBDA_RUNTIME.name == f"python{build.PYTHON_VERSION}"
     assert build.UV_PLATFORM.startswith("aarch64-") and LAMBDA_ARCHITECTURE.name == "arm64"
     assert build.LAMBDA_MARKERS["platform_machine"] == "aarch64"
@@ -257,8 +245,6 @@ def test_layer_is_built_for_the_functions_runtime_and_architecture(
 
 
 def test_layer_takes_runtime_dependencies_and_no_cdk_packages() -> None:
-    build = _layer_build_script()
-
     names = {build.requirement_name(r) for r in build.runtime_requirements()}
 
     assert {"pydantic", "psycopg", "aws-lambda-powertools"} <= names
@@ -266,7 +252,6 @@ def test_layer_takes_runtime_dependencies_and_no_cdk_packages() -> None:
 
 
 def test_layer_build_refuses_cdk_packages_in_runtime_dependencies(tmp_path: Path) -> None:
-    build = _layer_build_script()
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text('[project]\nname = "x"\ndependencies = ["pydantic>=2", "aws_cdk_lib>=2.200"]\n')
 
