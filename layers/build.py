@@ -119,8 +119,8 @@ def pinned_versions(exported: str, environment: Mapping[str, str] = LAMBDA_MARKE
     """``name -> version`` of every exported pin whose marker holds on the Lambda runtime."""
     pins: dict[str, str] = {}
     # A requirement may continue over lines ending in a backslash (its hashes).
-    for line in exported.replace("\\\n", " ").splitlines():
-        line = line.strip()
+    for raw in exported.replace("\\\n", " ").splitlines():
+        line = raw.strip()
         if not line or line.startswith(("#", "-")):
             continue
         requirement, _, marker = line.partition(";")
@@ -163,11 +163,13 @@ def plan_layer(
     if python_version != PYTHON_VERSION:
         environment.update(python_version=python_version, python_full_version=f"{python_version}.0")
     if not platform.startswith("aarch64"):
-        environment["platform_machine"] = platform.split("-")[0]
+        environment["platform_machine"] = platform.split("-", maxsplit=1)[0]
     pins = pinned_versions(exported, environment)
     forbidden = sorted(FORBIDDEN & pins.keys())
     if forbidden:
-        raise SystemExit(f"{', '.join(forbidden)} must not be runtime dependencies (they would enter the layer)")
+        raise SystemExit(
+            f"{', '.join(forbidden)} must not be runtime dependencies (they would enter the layer)"
+        )
     return LayerPlan(exported, pins, python_version, platform)
 
 
@@ -351,7 +353,9 @@ def build_layer(output: Path, plan: LayerPlan, interpreter: str | None, force: b
         shutil.rmtree(staging / "python" / "bin", ignore_errors=True)
         installed = installed_versions(staging / "python")
         if installed != plan.pins:
-            raise SystemExit(f"the layer does not hold uv.lock's versions: {_difference(plan.pins, installed)}")
+            raise SystemExit(
+                f"the layer does not hold uv.lock's versions: {_difference(plan.pins, installed)}"
+            )
         compile_tree(interpreter, staging / "python", LAYER_MOUNT)
         stamp.unlink(missing_ok=True)
         shutil.rmtree(output, ignore_errors=True)
@@ -383,14 +387,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--function-output", type=Path, default=FUNCTION_OUTPUT, help="folder for the function code"
     )
-    parser.add_argument("--force", action="store_true", help="rebuild the layer even when its inputs are unchanged")
+    parser.add_argument(
+        "--force", action="store_true", help="rebuild the layer even when its inputs are unchanged"
+    )
     parser.add_argument(
         "--bytecode",
         choices=("require", "skip"),
         default=os.environ.get("LAMBDA_BYTECODE", "require"),
         help="require: fail without a CPython 3.13 to compile with (default); skip: ship sources only",
     )
-    parser.add_argument("--python", default=os.environ.get("LAMBDA_PYTHON") or None, help="CPython 3.13 to use")
+    parser.add_argument(
+        "--python", default=os.environ.get("LAMBDA_PYTHON") or None, help="CPython 3.13 to use"
+    )
     args = parser.parse_args(argv)
 
     interpreter = None
@@ -400,7 +408,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise SystemExit(NO_INTERPRETER.format(version=PYTHON_VERSION))
     plan = plan_layer()
     built = build_layer(args.output.resolve(), plan, interpreter, args.force)
-    print(f"layer {'built' if built else 'up to date'}: {args.output} ({len(plan.pins)} packages from uv.lock)")
+    print(
+        f"layer {'built' if built else 'up to date'}: {args.output} ({len(plan.pins)} packages from uv.lock)"
+    )
     build_function(args.function_output.resolve(), interpreter)
     compiled = f"bytecode for CPython {PYTHON_VERSION} by {interpreter}" if interpreter else "no bytecode"
     print(f"function code staged: {args.function_output} ({compiled})")

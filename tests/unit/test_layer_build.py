@@ -98,7 +98,9 @@ def test_bytecode_is_unchecked_hash_for_the_lambda_paths(tmp_path: Path) -> None
     command = build.compile_command("python3.13", tmp_path, build.TASK_ROOT)
 
     assert command[command.index("--invalidation-mode") + 1] == "unchecked-hash"
-    assert command[command.index("-s") + 1] == str(tmp_path) and command[command.index("-p") + 1] == "/var/task"
+    assert (
+        command[command.index("-s") + 1] == str(tmp_path) and command[command.index("-p") + 1] == "/var/task"
+    )
 
 
 def test_an_interpreter_of_another_version_is_refused() -> None:
