@@ -18,7 +18,7 @@ PYTEST_WORKERS ?= 2
 STAGE ?= dev
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-runtime test lint unit integration infrastructure local demo chaos synth bench bench-model openapi schemas docs deploy clean
+.PHONY: help setup setup-runtime test lint unit integration infrastructure local demo chaos synth lambda-emulate bench bench-model openapi schemas docs deploy clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -64,8 +64,15 @@ synth: setup ## Synthesize CloudFormation templates to cdk.out/ offline, with cd
 	rm -rf cdk.out
 	$(RUN) app.py -c stage=$(STAGE)
 
+# Not part of `make bench`: needs root, debootstrap and qemu-user-static, and downloads an arm64 Debian root
+# (about 100 MB, once, into .cache/lambda-root/).
+lambda-emulate: setup ## Import the built Lambda artifacts and serve one request on emulated arm64 CPython 3.13
+	$(RUN) layers/build.py $(if $(BYTECODE),--bytecode $(BYTECODE))
+	$(RUN) -m bench.lambda_emulation
+
 bench: setup ## Run the benchmarks; results go to bench/results/, figures to BENCHMARKS.md
 	$(RUN) -m bench.acceptance
+	$(RUN) -m bench.cold_start
 	$(RUN) -m bench.accuracy
 	$(RUN) -m bench.relay
 	$(RUN) -m bench.drain

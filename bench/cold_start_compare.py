@@ -84,9 +84,10 @@ def install_dependencies(python: str, target: Path) -> dict[str, str]:
 
 
 def base_sources(commit: str, target: Path) -> str:
-    """The runtime folders of ``commit`` (git archive), as the code asset would have held them."""
+    """The runtime folders of the merge base of ``commit`` and HEAD (git archive), as the code asset would
+    have held them: the base this work started from, so both sides run on the same uv.lock."""
     resolved = subprocess.run(
-        ["git", "rev-parse", commit], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ["git", "merge-base", commit, "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
     ).stdout.strip()
     archive = subprocess.run(
         ["git", "archive", "--format=tar", resolved, *build.RUNTIME_FOLDERS],
@@ -232,7 +233,7 @@ def print_rows(rows: Sequence[dict[str, Any]]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="API Lambda cold start: base commit against working tree")
     parser.add_argument("--repeats", type=int, default=7, help="counted rounds (one more warms up)")
-    parser.add_argument("--base", default="main", help="commit whose code is the 'before'")
+    parser.add_argument("--base", default="main", help="the 'before' is its merge base with HEAD")
     parser.add_argument("--python", help="interpreter to run the children (default: a CPython 3.13 if found)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args(argv)

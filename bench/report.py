@@ -578,7 +578,7 @@ def cold_start_section(doc: Doc) -> list[str]:
         *provenance("cold_start", doc),
         f"Each variant is a fresh CPython {config['python']} process whose `PYTHONPATH` holds only "
         "a function code folder and a dependencies folder, and which may not write bytecode (Lambda's "
-        f"file system is read-only). *base* is the code of `{config['base']}` "
+        f"file system is read-only). *base* is the code where this work left `{config['base']}` "
         f"(`{config['base_commit'][:7]}`), *head* the working tree; the dependencies are uv.lock's "
         "runtime pins installed as layers/build.py installs the layer, for this machine "
         f"({config['platform']}); *bytecode* means unchecked-hash pycs compiled as layers/build.py "
