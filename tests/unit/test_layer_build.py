@@ -121,3 +121,22 @@ def test_the_function_stamp_names_the_sources_it_was_copied_from(tmp_path: Path)
     assert (output / "functions" / "api" / "handler.py").is_file()
     assert not list(output.rglob("__pycache__"))
     assert build.source_fingerprint(output) == build.source_fingerprint()
+
+
+def test_compiled_function_code_is_unchecked_hash_and_reproducible(tmp_path: Path) -> None:
+    """The code asset's hash must not change from one build to the next of the same sources, or every
+    deploy would replace every function; and each pyc must be one Lambda uses without its source's mtime."""
+    interpreter = build.find_runtime_python()
+    if interpreter is None:
+        pytest.skip(f"no CPython {build.PYTHON_VERSION} on this machine")
+    first, second = tmp_path / "first", tmp_path / "second"
+    build.build_function(first, interpreter)
+    build.build_function(second, interpreter)
+
+    pycs = sorted(p.relative_to(first) for p in first.rglob("*.pyc"))
+    assert pycs and all(p.name.endswith(".cpython-313.pyc") for p in pycs)
+    assert len(pycs) == len(list(first.rglob("*.py")))
+    for relative in pycs:
+        header = (first / relative).read_bytes()[:16]
+        assert int.from_bytes(header[4:8], "little") == 0b01, f"{relative} is not an unchecked-hash pyc"
+        assert (first / relative).read_bytes() == (second / relative).read_bytes()
