@@ -18,7 +18,7 @@ PYTEST_WORKERS ?= 2
 STAGE ?= dev
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-runtime test lint unit integration infrastructure local demo chaos synth costs preflight bench bench-model openapi schemas docs deploy clean
+.PHONY: help setup setup-runtime test lint unit integration infrastructure local demo chaos synth lambda-emulate costs preflight bench bench-model openapi schemas docs deploy clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -59,8 +59,8 @@ demo: setup-runtime ## Start the local system, drive it as tenants would, show t
 chaos: setup-runtime ## Inject faults under traffic, then check the ledger; fails if any promise broke (SEED=n)
 	$(VENV)/bin/tollgate local chaos $(if $(SEED),--seed $(SEED))
 
-synth: setup ## Synthesize CloudFormation templates to cdk.out/ offline, with cdk-nag on (STAGE=dev)
-	$(RUN) layers/build.py
+synth: setup ## Synthesize CloudFormation templates to cdk.out/ offline, with cdk-nag on (STAGE=dev; BYTECODE=skip)
+	$(RUN) layers/build.py $(if $(BYTECODE),--bytecode $(BYTECODE))
 	rm -rf cdk.out
 	$(RUN) app.py -c stage=$(STAGE)
 
@@ -73,8 +73,15 @@ preflight: setup ## Check the AWS account and this machine before a deploy: says
 costs: setup ## Regenerate README.md's idle cost table per stage from the synthesized templates
 	$(RUN) -m tollgate_dev.costs
 
+# Not part of `make bench`: needs root, debootstrap and qemu-user-static, and downloads an arm64 Debian root
+# (about 100 MB, once, into .cache/lambda-root/).
+lambda-emulate: setup ## Import the built Lambda artifacts and serve one request on emulated arm64 CPython 3.13
+	$(RUN) layers/build.py $(if $(BYTECODE),--bytecode $(BYTECODE))
+	$(RUN) -m bench.lambda_emulation
+
 bench: setup ## Run the benchmarks; results go to bench/results/, figures to BENCHMARKS.md
 	$(RUN) -m bench.acceptance
+	$(RUN) -m bench.cold_start
 	$(RUN) -m bench.accuracy
 	$(RUN) -m bench.relay
 	$(RUN) -m bench.drain

@@ -1,7 +1,14 @@
-"""The child side of the cold-start benchmark: one fresh interpreter, one import, timings as JSON on stdout.
+"""The API Lambda's cold start, before and after, as Lambda would run it: code and layer, bytecode or not.
 
-It imports nothing of the project before the timed import (only the standard library), so what it times
-is what a Lambda cold start pays. ``bench.acceptance`` runs it several times and takes medians.
+Child side (``app`` / ``handler``): one fresh interpreter, one import, timings as JSON on stdout. It imports
+nothing of the project before the timed import (only the standard library), so what it times is what a
+Lambda cold start pays. ``bench.acceptance`` runs it for its own cold-start rows.
+
+Parent side (``python -m bench.cold_start``, writes bench/results/cold_start.json): builds Lambda-shaped
+trees (the function code of the base commit and of the working tree, and the locked dependencies installed
+as layers/build.py installs the layer, for this machine's CPU), each with and without bytecode, then runs
+the handler child in every variant, interleaved, several rounds. The interpreter is a CPython of the
+runtime's version when this machine has one (the layer's bytecode is compiled by it), else this one.
 """
 
 from __future__ import annotations
@@ -49,8 +56,11 @@ def time_handler_cold_start(event: dict[str, Any]) -> dict[str, Any]:
     of a real cold start waits for that connection.
     """
     start = time.perf_counter_ns()
+    cpu_start = time.process_time_ns()
     handler = importlib.import_module(HANDLER_MODULE)
     imported = time.perf_counter_ns()
+    # CPU time of the whole process (the pool's connecting thread too): less sensitive to a busy machine.
+    import_cpu = time.process_time_ns() - cpu_start
     handler.deps.acceptance.db.pool.wait(timeout=30.0)
     pool_ready = time.perf_counter_ns()
     response = handler.lambda_handler(event, _lambda_context())
@@ -61,18 +71,23 @@ def time_handler_cold_start(event: dict[str, Any]) -> dict[str, Any]:
         "pool_ready_ms": _ms(imported, pool_ready),
         "first_request_ms": _ms(pool_ready, answered),
         "to_first_response_ms": _ms(start, answered),
+        "import_cpu_ms": import_cpu / 1e6,
         "status": response["statusCode"],
     }
 
 
 def main(argv: list[str]) -> int:
+    if not argv or argv[0].startswith("-"):
+        from bench.cold_start_compare import main as compare
+
+        return compare(argv)
     if argv == ["app"]:
         result = time_app_import()
     elif argv == ["handler"]:
         # The event arrives on stdin, already built by the parent, so building it costs this process nothing.
         result = time_handler_cold_start(json.loads(sys.stdin.read()))
     else:
-        print("usage: python -m bench.cold_start app|handler", file=sys.stderr)
+        print("usage: python -m bench.cold_start [app|handler|--repeats N ...]", file=sys.stderr)
         return 2
     print(json.dumps(result))
     return 0

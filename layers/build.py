@@ -1,44 +1,74 @@
-"""Builds the Lambda dependency layer (``build/layer/python``) from pyproject's ``[project].dependencies``.
+"""Builds what every Tollgate Lambda runs: the dependency layer (``build/layer/python``) from uv.lock, and the
+function code (``build/function``), both with bytecode compiled for the Lambda runtime's CPython.
 
-No Docker: the installer fetches manylinux wheels for Lambda's CPU and CPython version instead of building
-for this machine, so the layer comes out the same on any host. Usage: ``python layers/build.py [--force]``.
+No Docker: the installer fetches the locked versions' manylinux wheels for Lambda's CPU and CPython instead
+of building for this machine. Usage: ``python layers/build.py [--force] [--bytecode require|skip]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = REPO_ROOT / "pyproject.toml"
-DEFAULT_OUTPUT = REPO_ROOT / "build" / "layer"
+LOCKFILE = REPO_ROOT / "uv.lock"
+BUILD_DIR = REPO_ROOT / "build"
+DEFAULT_OUTPUT = BUILD_DIR / "layer"
+FUNCTION_OUTPUT = BUILD_DIR / "function"
 
 # Must match stacks/constructs/lambda_packaging.py (LAMBDA_RUNTIME, LAMBDA_ARCHITECTURE); an
 # infrastructure test compares them, because compiled wheels only load on the CPython they were built for.
 PYTHON_VERSION = "3.13"
-PIP_PLATFORM = "manylinux2014_aarch64"
-UV_PLATFORM = "aarch64-manylinux2014"
+# psycopg-binary 3.3 publishes only manylinux_2_28 wheels for aarch64; Lambda's Amazon Linux 2023
+# (glibc 2.34) runs them.
+UV_PLATFORM = "aarch64-manylinux_2_28"
+# Where Lambda puts the two artifacts; compiled code objects carry these paths, so tracebacks show them.
+LAYER_MOUNT = "/opt/python"
+TASK_ROOT = "/var/task"
 
-# Synth-time packages: if one of these ever lands in [project].dependencies, the layer would grow by
+# The only top-level folders a Lambda imports from or reads at run time.
+RUNTIME_FOLDERS = ("tollgate", "functions", "migrations")
+# Never copied into the function code: this machine's bytecode and editor litter.
+_NOT_SHIPPED = ("__pycache__", "*.py[cod]", ".DS_Store")
+
+# Synth-time packages: if one of these ever lands in the runtime dependencies, the layer would grow by
 # hundreds of megabytes and break Lambda's size limit, so refuse loudly instead.
 FORBIDDEN = frozenset({"aws-cdk-lib", "constructs", "cdk-nag", "jsii"})
+
+# The marker environment of the Lambda runtime, for deciding which exported requirements apply to it.
+LAMBDA_MARKERS = {
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "aarch64",
+    "os_name": "posix",
+    "python_version": PYTHON_VERSION,
+    "python_full_version": f"{PYTHON_VERSION}.0",
+}
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def requirement_name(requirement: str) -> str:
     match = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement.strip())
     if match is None:
         raise ValueError(f"cannot read a package name from {requirement!r}")
-    return re.sub(r"[-_.]+", "-", match.group()).lower()
+    return normalize(match.group())
 
 
 def runtime_requirements(pyproject: Path = PYPROJECT) -> list[str]:
@@ -52,62 +82,281 @@ def runtime_requirements(pyproject: Path = PYPROJECT) -> list[str]:
     return requirements
 
 
-def install_command(requirements: Sequence[str], target: Path, python_version: str) -> list[str]:
-    """pip when this interpreter has it, else uv (its venvs come without pip); both mean the same install."""
-    if importlib.util.find_spec("pip") is not None:
-        return [
-            sys.executable, "-m", "pip", "install",
-            "--platform", PIP_PLATFORM,
-            "--only-binary=:all:",
-            "--python-version", python_version,
-            "--implementation", "cp",
-            # Bytecode compiled by this interpreter would not match the runtime's version; skip it.
-            "--no-compile",
-            "--disable-pip-version-check",
-            "--quiet",
-            "--target", str(target),
-            *requirements,
-        ]  # fmt: skip
+def uv_binary() -> str:
     # `make setup` installs uv into the virtualenv itself, which need not be on PATH.
     beside_python = Path(sys.executable).with_name("uv")
     uv = str(beside_python) if beside_python.is_file() else shutil.which("uv")
     if uv is None:
-        raise SystemExit("neither pip (in this interpreter) nor uv is available to build the layer")
+        raise SystemExit("uv is needed to export uv.lock and build the layer (`make setup` installs it)")
+    return uv
+
+
+def export_command(uv: str) -> list[str]:
+    """The locked runtime dependencies, pinned and hashed: no dev or CDK group, no extra, not the project."""
     return [
-        uv, "pip", "install",
-        "--python", sys.executable,
-        "--python-platform", UV_PLATFORM,
-        "--only-binary", ":all:",
-        "--python-version", python_version,
-        "--quiet",
-        "--target", str(target),
-        *requirements,
+        uv, "export", "--frozen", "--no-dev", "--no-default-groups", "--no-emit-project",
+        "--format", "requirements.txt", "--no-header", "--no-annotate",
     ]  # fmt: skip
 
 
-def fingerprint(requirements: Sequence[str], python_version: str) -> str:
-    """What the layer's content depends on; an unchanged fingerprint means the last build still holds."""
-    inputs = {"requirements": list(requirements), "python": python_version, "platform": PIP_PLATFORM}
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+def export_locked_requirements(project: Path = REPO_ROOT) -> str:
+    """Runs ``uv export --frozen``: it reads uv.lock only, so it needs no network and never re-resolves."""
+    done = subprocess.run(  # noqa: S603  # fixed flags, no shell
+        export_command(uv_binary()), cwd=project, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"uv export failed (is uv.lock in step with pyproject.toml?):\n{done.stderr}")
+    return done.stdout
 
 
-def build(output: Path, python_version: str, force: bool) -> bool:
+def _marker_applies(marker: str, environment: Mapping[str, str]) -> bool:
+    from packaging.markers import Marker  # dev tooling; only the build and its tests evaluate markers
+
+    return Marker(marker).evaluate(dict(environment))
+
+
+def pinned_versions(exported: str, environment: Mapping[str, str] = LAMBDA_MARKERS) -> dict[str, str]:
+    """``name -> version`` of every exported pin whose marker holds on the Lambda runtime."""
+    pins: dict[str, str] = {}
+    # A requirement may continue over lines ending in a backslash (its hashes).
+    for raw in exported.replace("\\\n", " ").splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", "-")):
+            continue
+        requirement, _, marker = line.partition(";")
+        marker = marker.split(" --hash")[0].strip()
+        requirement = requirement.split(" --hash")[0].strip()
+        name, separator, version = requirement.partition("==")
+        if separator != "==":
+            raise SystemExit(f"exported requirement {requirement!r} is not pinned with ==")
+        if marker and not _marker_applies(marker, environment):
+            continue
+        pins[normalize(name)] = version.strip()
+    return pins
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """What the layer will hold, decided before anything is downloaded."""
+
+    exported: str  # uv export's requirements.txt, hashes included
+    pins: dict[str, str]  # the versions that apply to the target
+    python_version: str = PYTHON_VERSION
+    platform: str = UV_PLATFORM
+
+    def fingerprint(self, bytecode: str | None) -> str:
+        inputs = {
+            "exported": self.exported,
+            "python": self.python_version,
+            "platform": self.platform,
+            "bytecode": bytecode,
+        }
+        return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def plan_layer(
+    exported: str | None = None, python_version: str = PYTHON_VERSION, platform: str = UV_PLATFORM
+) -> LayerPlan:
+    runtime_requirements()  # refuses CDK packages before anything else
+    exported = export_locked_requirements() if exported is None else exported
+    environment = dict(LAMBDA_MARKERS)
+    if python_version != PYTHON_VERSION:
+        environment.update(python_version=python_version, python_full_version=f"{python_version}.0")
+    if not platform.startswith("aarch64"):
+        environment["platform_machine"] = platform.split("-", maxsplit=1)[0]
+    pins = pinned_versions(exported, environment)
+    forbidden = sorted(FORBIDDEN & pins.keys())
+    if forbidden:
+        raise SystemExit(
+            f"{', '.join(forbidden)} must not be runtime dependencies (they would enter the layer)"
+        )
+    return LayerPlan(exported, pins, python_version, platform)
+
+
+def install_command(requirements_file: Path, target: Path, plan: LayerPlan, uv: str) -> list[str]:
+    """Installs exactly the exported pins: ``--no-deps`` so nothing outside the lock comes in, hashes
+    checked, wheels only (a package with no wheel for the target fails the build instead of compiling)."""
+    return [
+        uv, "pip", "install",
+        "--python", sys.executable,
+        "--python-platform", plan.platform,
+        "--python-version", plan.python_version,
+        "--only-binary", ":all:",
+        "--no-deps",
+        "--require-hashes",
+        "--quiet",
+        "--target", str(target),
+        "--requirements", str(requirements_file),
+    ]  # fmt: skip
+
+
+def installed_versions(site: Path) -> dict[str, str]:
+    """``name -> version`` from the ``*.dist-info`` folders of an installed tree (a built layer's python/)."""
+    versions: dict[str, str] = {}
+    for dist_info in site.glob("*.dist-info"):
+        fields = dict(
+            line.split(": ", 1) for line in (dist_info / "METADATA").read_text().splitlines() if ": " in line
+        )
+        versions[normalize(fields["Name"])] = fields["Version"]
+    return versions
+
+
+# ------------------------------------------------------------------------------------------------ bytecode
+
+
+def python_version_of(interpreter: str) -> str | None:
+    try:
+        done = subprocess.run(  # noqa: S603  # a candidate interpreter, asked only its version
+            [interpreter, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except OSError:
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _candidate_interpreters(version: str) -> Iterator[tuple[str, dict[str, str] | None]]:
+    on_path = shutil.which(f"python{version}")
+    if on_path:
+        yield on_path, None
+    # pyenv puts a shim on PATH that only works when the version is selected; select it for the call.
+    pyenv = shutil.which("pyenv")
+    if pyenv:
+        done = subprocess.run([pyenv, "versions", "--bare"], capture_output=True, text=True, check=False)  # noqa: S603
+        for installed in done.stdout.split():
+            if installed == version or installed.startswith(f"{version}."):
+                env = {**os.environ, "PYENV_VERSION": installed}
+                found = subprocess.run(  # noqa: S603
+                    [pyenv, "which", f"python{version}"], capture_output=True, text=True, env=env, check=False
+                )
+                if found.returncode == 0 and found.stdout.strip():
+                    yield found.stdout.strip(), None
+
+
+def find_runtime_python(version: str = PYTHON_VERSION, explicit: str | None = None) -> str | None:
+    """A CPython of the runtime's minor version on this machine: ``explicit`` (``--python`` or
+    ``LAMBDA_PYTHON``) when given, else ``python3.13`` on PATH, else a pyenv-installed 3.13."""
+    if explicit:
+        if python_version_of(explicit) != version:
+            raise SystemExit(f"{explicit} is not a CPython {version} interpreter")
+        return explicit
+    for interpreter, _ in _candidate_interpreters(version):
+        if python_version_of(interpreter) == version:
+            return interpreter
+    return None
+
+
+def compile_command(interpreter: str, tree: Path, shown_as: str) -> list[str]:
+    """Unchecked-hash pycs: Lambda unpacks the zips with file times that are not the build's, so
+    timestamp pycs would never match their sources and a read-only /var/task means each cold start
+    compiles again; unchecked-hash pycs are used as they are. They are rebuilt with every build, from the
+    same sources, so they cannot go stale."""
+    return [
+        interpreter, "-m", "compileall", "-q", "-f", "-j", "0",
+        "--invalidation-mode", "unchecked-hash",
+        "-s", str(tree), "-p", shown_as,
+        str(tree),
+    ]  # fmt: skip
+
+
+def compile_tree(interpreter: str | None, tree: Path, shown_as: str) -> None:
+    if interpreter is None:
+        return
+    subprocess.run(compile_command(interpreter, tree, shown_as), check=True, stdout=subprocess.DEVNULL)  # noqa: S603
+
+
+# ---------------------------------------------------------------------------------------- function code
+
+
+def _shipped(path: Path) -> bool:
+    return not any(part == "__pycache__" for part in path.parts) and not any(
+        path.match(pattern) for pattern in _NOT_SHIPPED
+    )
+
+
+def source_files(root: Path = REPO_ROOT) -> list[Path]:
+    """The files of the function code, relative to ``root``, in a stable order."""
+    files = [
+        path.relative_to(root)
+        for folder in RUNTIME_FOLDERS
+        for path in (root / folder).rglob("*")
+        if path.is_file() and _shipped(path.relative_to(root))
+    ]
+    return sorted(files)
+
+
+def source_fingerprint(root: Path = REPO_ROOT) -> str:
+    """Digest of every shipped file's path and bytes: a staged copy with another digest is stale."""
+    digest = hashlib.sha256()
+    for relative in source_files(root):
+        digest.update(relative.as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256((root / relative).read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def function_stamp(output: Path) -> Path:
+    return output.with_name(output.name + ".stamp")
+
+
+def read_function_stamp(output: Path = FUNCTION_OUTPUT) -> dict[str, str | None] | None:
+    stamp = function_stamp(output)
+    if not stamp.is_file() or not output.is_dir():
+        return None
+    loaded: dict[str, str | None] = json.loads(stamp.read_text())
+    return loaded
+
+
+def build_function(output: Path, interpreter: str | None) -> None:
+    """Copy the runtime folders into ``output`` and compile them; the stamp records what was copied."""
+    fingerprint = source_fingerprint()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=output.parent, prefix=".function-") as scratch:
+        staging = Path(scratch) / "function"
+        for relative in source_files():
+            (staging / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO_ROOT / relative, staging / relative)
+        compile_tree(interpreter, staging, TASK_ROOT)
+        function_stamp(output).unlink(missing_ok=True)
+        shutil.rmtree(output, ignore_errors=True)
+        staging.rename(output)
+    bytecode = _cache_tag(interpreter)
+    function_stamp(output).write_text(json.dumps({"source": fingerprint, "bytecode": bytecode}))
+
+
+def _cache_tag(interpreter: str | None) -> str | None:
+    return f"cpython-{PYTHON_VERSION.replace('.', '')}" if interpreter else None
+
+
+# ------------------------------------------------------------------------------------------------- layer
+
+
+def build_layer(output: Path, plan: LayerPlan, interpreter: str | None, force: bool) -> bool:
     """Fill ``output/python``; returns False when an up-to-date build was already there."""
-    requirements = runtime_requirements()
     stamp = output.with_name(output.name + ".stamp")
-    expected = fingerprint(requirements, python_version)
+    expected = plan.fingerprint(_cache_tag(interpreter))
     if not force and (output / "python").is_dir() and stamp.is_file() and stamp.read_text() == expected:
         return False
 
     output.parent.mkdir(parents=True, exist_ok=True)
+    uv = uv_binary()
     # Build beside the old layer and swap at the end, so a failed download never leaves half a layer
     # for the next synth to upload.
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=".layer-") as scratch:
         staging = Path(scratch) / "layer"
-        # The command is built from pyproject and fixed flags; no shell is involved.
-        subprocess.run(install_command(requirements, staging / "python", python_version), check=True)  # noqa: S603
+        requirements = Path(scratch) / "requirements.txt"
+        requirements.write_text(plan.exported)
+        subprocess.run(install_command(requirements, staging / "python", plan, uv), check=True)  # noqa: S603
         # Console scripts carry this machine's interpreter path; nothing in Lambda runs them.
         shutil.rmtree(staging / "python" / "bin", ignore_errors=True)
+        installed = installed_versions(staging / "python")
+        if installed != plan.pins:
+            raise SystemExit(
+                f"the layer does not hold uv.lock's versions: {_difference(plan.pins, installed)}"
+            )
+        compile_tree(interpreter, staging / "python", LAYER_MOUNT)
         stamp.unlink(missing_ok=True)
         shutil.rmtree(output, ignore_errors=True)
         staging.rename(output)
@@ -115,15 +364,56 @@ def build(output: Path, python_version: str, force: bool) -> bool:
     return True
 
 
+def _difference(expected: Mapping[str, str], found: Mapping[str, str]) -> str:
+    names = sorted(expected.keys() | found.keys())
+    return ", ".join(
+        f"{name} lock {expected.get(name, '-')} layer {found.get(name, '-')}"
+        for name in names
+        if expected.get(name) != found.get(name)
+    )
+
+
+NO_INTERPRETER = (
+    "No CPython {version} found to compile the Lambda bytecode. Without it every cold start compiles "
+    "each module it imports (about a second for the API). Install CPython {version} (e.g. `apt-get install "
+    "python{version}` on Debian trixie, or pyenv), point LAMBDA_PYTHON (or --python) at it, or build "
+    "without bytecode on purpose with `--bytecode skip` (`make synth BYTECODE=skip`)."
+)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="layer folder (holds python/)")
-    parser.add_argument("--python-version", default=PYTHON_VERSION, help="Lambda runtime's CPython version")
-    parser.add_argument("--force", action="store_true", help="rebuild even when the inputs are unchanged")
+    parser.add_argument(
+        "--function-output", type=Path, default=FUNCTION_OUTPUT, help="folder for the function code"
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="rebuild the layer even when its inputs are unchanged"
+    )
+    parser.add_argument(
+        "--bytecode",
+        choices=("require", "skip"),
+        default=os.environ.get("LAMBDA_BYTECODE", "require"),
+        help="require: fail without a CPython 3.13 to compile with (default); skip: ship sources only",
+    )
+    parser.add_argument(
+        "--python", default=os.environ.get("LAMBDA_PYTHON") or None, help="CPython 3.13 to use"
+    )
     args = parser.parse_args(argv)
 
-    built = build(args.output.resolve(), args.python_version, args.force)
-    print(f"layer {'built' if built else 'up to date'}: {args.output}")
+    interpreter = None
+    if args.bytecode == "require":
+        interpreter = find_runtime_python(PYTHON_VERSION, args.python)
+        if interpreter is None:
+            raise SystemExit(NO_INTERPRETER.format(version=PYTHON_VERSION))
+    plan = plan_layer()
+    built = build_layer(args.output.resolve(), plan, interpreter, args.force)
+    print(
+        f"layer {'built' if built else 'up to date'}: {args.output} ({len(plan.pins)} packages from uv.lock)"
+    )
+    build_function(args.function_output.resolve(), interpreter)
+    compiled = f"bytecode for CPython {PYTHON_VERSION} by {interpreter}" if interpreter else "no bytecode"
+    print(f"function code staged: {args.function_output} ({compiled})")
     return 0
 
 

@@ -7,6 +7,7 @@ A payload model's fields are the wire contract. A change that removes or retypes
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from collections.abc import Mapping
@@ -298,6 +299,7 @@ class JobLinks(BaseModel):
         return cls(job=f"/extraction-jobs/{job_id}", result=f"/extraction-jobs/{job_id}/result")
 
 
+@functools.cache
 def _webhook_models() -> dict[str, type[BaseModel]]:
     """Per webhook event type, the body a tenant's endpoint receives: the payload under ``data`` (with
     links), its ``type`` and ``timestamp``."""
@@ -336,17 +338,18 @@ class WebhookBody(BaseModel):
         return value.isoformat()
 
 
-WEBHOOKS: dict[str, type[BaseModel]] = _webhook_models()
+# Built on first use (module __getattr__ below): a dozen models the API's cold start never needs.
+WEBHOOKS: dict[str, type[BaseModel]]
 
 
 def webhook_body(event_type: str, payload: Mapping[str, Any], created_at: datetime) -> str:
     """The exact bytes of a webhook body: the payload parsed by its model (so a malformed event is refused
     here, never sent), with the job's links; compact, keys sorted."""
-    if event_type not in WEBHOOKS:
+    if event_type not in _webhook_models():
         raise UnknownEventType(f"{event_type!r} is not delivered to webhooks")
     event = JOB_PAYLOADS[event_type].parse(payload)
     data = {**event.model_dump(), "links": JobLinks.of(event.job_id)}
-    body = WEBHOOKS[event_type](type=event_type, timestamp=created_at, data=data)
+    body = _webhook_models()[event_type](type=event_type, timestamp=created_at, data=data)
     return json.dumps(body.model_dump(mode="json"), separators=(",", ":"), sort_keys=True)
 
 
@@ -358,6 +361,7 @@ COMMITTED_AT = "When the event was committed (RFC 3339)."
 DATE_TIME: dict[str, Any] = {"format": "date-time"}
 
 
+@functools.cache
 def _bus_models() -> dict[str, type[BaseModel]]:
     """Per event type on the results bus (every outcome, and the bus-only tenant events), the ``detail`` of
     its bus event: the payload with the outbox event's id and commit time, so a consumer dedupes on
@@ -376,16 +380,24 @@ def _bus_models() -> dict[str, type[BaseModel]]:
     return models
 
 
-BUS_DETAILS: dict[str, type[BaseModel]] = _bus_models()
+BUS_DETAILS: dict[str, type[BaseModel]]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "WEBHOOKS":
+        return _webhook_models()
+    if name == "BUS_DETAILS":
+        return _bus_models()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def bus_detail(event_type: str, payload: Mapping[str, Any], *, event_id: UUID, created_at: datetime) -> str:
     """The ``Detail`` of a results bus entry: the payload parsed by its model (a malformed event is refused
     here, never published), with its event id and commit time; compact, keys sorted."""
-    if event_type not in BUS_DETAILS:
+    if event_type not in _bus_models():
         raise UnknownEventType(f"{event_type!r} is not published on the results bus")
     event = parse_payload(event_type, payload)
-    detail = BUS_DETAILS[event_type](**event.model_dump(), event_id=event_id, occurred_at=created_at)
+    detail = _bus_models()[event_type](**event.model_dump(), event_id=event_id, occurred_at=created_at)
     return json.dumps(detail.model_dump(mode="json"), separators=(",", ":"), sort_keys=True)
 
 
@@ -397,7 +409,7 @@ def openapi_webhooks() -> tuple[dict[str, Any], dict[str, Any]]:
     """The OpenAPI 3.1 ``webhooks`` section (one POST per webhook event type, its body the same model as the
     committed ``.webhook.json`` schema) and the component schemas it refers to."""
     keys, definitions = models_json_schema(
-        [(body, "serialization") for body in WEBHOOKS.values()],
+        [(body, "serialization") for body in _webhook_models().values()],
         ref_template="#/components/schemas/" + WEBHOOK_COMPONENT_PREFIX + "{model}",
     )
     components = {WEBHOOK_COMPONENT_PREFIX + name: schema for name, schema in definitions["$defs"].items()}
@@ -416,7 +428,7 @@ def openapi_webhooks() -> tuple[dict[str, Any], dict[str, Any]]:
                 },
             }
         }
-        for event_type, body in WEBHOOKS.items()
+        for event_type, body in _webhook_models().items()
     }
     return webhooks, components
 
@@ -427,9 +439,9 @@ def schema_documents() -> dict[str, dict[str, Any]]:
     documents: dict[str, dict[str, Any]] = {}
     for event_type, payload in PAYLOADS.items():
         documents[f"{event_type}.payload.json"] = _document(payload, f"{event_type}.payload")
-    for event_type, body in WEBHOOKS.items():
+    for event_type, body in _webhook_models().items():
         documents[f"{event_type}.webhook.json"] = _document(body, f"{event_type}.webhook")
-    for event_type, detail in BUS_DETAILS.items():
+    for event_type, detail in _bus_models().items():
         documents[f"{event_type}.bus.json"] = _document(detail, f"{event_type}.bus")
     return dict(sorted(documents.items()))
 

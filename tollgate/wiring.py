@@ -8,44 +8,23 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-import boto3
 from aws_lambda_powertools import Logger
 
+# Only what the API and the authorizer build is imported here. Every other entrypoint's pieces are imported
+# inside its build_*, so a Lambda's cold start does not load the worker's, the relay's or the CLI's modules
+# (a quarter of a second of the API's import, measured in BENCHMARKS.md's cold-start section).
 from tollgate.accept.service import AcceptanceDeps, AcceptanceLimits
 from tollgate.api.deps import ApiDeps
+from tollgate.core.aws import lazy_client
 from tollgate.core.clock import SystemClock, new_id
 from tollgate.core.documents import S3DocumentStore
-from tollgate.core.metrics import MetricsSink, RecordedMetrics
-from tollgate.core.retry import RetryPolicy
 from tollgate.db import Database, build_database
-from tollgate.delivery.attempts import AttemptDeps
-from tollgate.delivery.deliveries import (
-    DeliveryStarter,
-    NoDispatcher,
-    ReplayDeps,
-    StepFunctionsStarter,
-    WebhookDispatcher,
-)
+from tollgate.delivery.deliveries import ReplayDeps, StepFunctionsStarter
 from tollgate.delivery.endpoints import EndpointDeps
-from tollgate.delivery.sender import SenderLimits, WebhookSender
 from tollgate.delivery.signing import new_secret
 from tollgate.delivery.ssrf import Resolver, system_resolver
-from tollgate.events import BUS_ONLY_EVENT_TYPES, EXTRACTION_REQUESTED, OUTCOME_EVENT_TYPES
-from tollgate.execution.attempt import ExecutionDeps, ModelRouter
-from tollgate.execution.limiter import Limiter
-from tollgate.execution.limiter.factory import build_limiter
-from tollgate.execution.llm.client import LlmClient, OpenAIExtractor
-from tollgate.execution.worker import WorkerConfig
-from tollgate.ingress.consumer import IngressDeps
-from tollgate.outbox.eventbridge import EventBridgePublisher, PutEventsClient
-from tollgate.outbox.fanout import FanOutPublisher, NoSubscriber
-from tollgate.outbox.job_queues import JobTypeQueues
 from tollgate.outbox.nudge import LambdaNudger, NoNudge, Nudger
-from tollgate.outbox.relay import Publisher, RelayDeps
-from tollgate.outbox.sqs import SqsFifoPublisher
 from tollgate.review.service import ReviewDeps
-from tollgate.scheduler.retention import RetentionPolicy, S3RetentionStore
-from tollgate.scheduler.tick import SchedulerDeps
 from tollgate.settings import (
     ApiSettings,
     AuthorizerSettings,
@@ -58,13 +37,26 @@ from tollgate.settings import (
     WebhookAttemptSettings,
     WorkerSettings,
 )
-from tollgate.support.configuration import AwsEndpoint
-from tollgate.support.service import SupportDeps, TypeQueues
 from tollgate.tenants.keys import ApiKeyResolver
 from tollgate.tenants.usage_keys import ApiGatewayUsagePlan, NoUsagePlan, UsagePlan
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
+
+    from tollgate.core.metrics import MetricsSink
+    from tollgate.core.retry import RetryPolicy
+    from tollgate.delivery.attempts import AttemptDeps
+    from tollgate.delivery.deliveries import DeliveryStarter
+    from tollgate.execution.attempt import ExecutionDeps
+    from tollgate.execution.limiter import Limiter
+    from tollgate.execution.llm.client import LlmClient
+    from tollgate.execution.worker import WorkerConfig
+    from tollgate.ingress.consumer import IngressDeps
+    from tollgate.outbox.eventbridge import PutEventsClient
+    from tollgate.outbox.relay import Publisher, RelayDeps
+    from tollgate.scheduler.tick import SchedulerDeps
+    from tollgate.support.configuration import AwsEndpoint
+    from tollgate.support.service import SupportDeps
 
 logger = Logger(service="tollgate-relay", child=True)
 
@@ -78,13 +70,13 @@ def build_api(
 ) -> ApiDeps:
     """``webhook_resolver`` resolves endpoint hosts at registration; tests pass an in-memory DNS."""
     db = db or build_database(settings, pool_name="api")
-    store = S3DocumentStore(boto3.client("s3"), settings.documents_bucket)
+    store = S3DocumentStore(lazy_client("s3"), settings.documents_bucket)
     if nudger is None:
         nudger = _relay_nudger(settings.relay_function_name)
     clock = SystemClock()
     replays = (
         ReplayDeps(
-            db, clock, StepFunctionsStarter(boto3.client("stepfunctions"), settings.webhook_state_machine_arn)
+            db, clock, StepFunctionsStarter(lazy_client("stepfunctions"), settings.webhook_state_machine_arn)
         )
         if settings.webhook_state_machine_arn
         else None
@@ -124,6 +116,8 @@ def build_usage_plan(settings: TenantProvisioningSettings) -> UsagePlan:
     """Tenants' usage keys go to the stage's usage plan; without one (local development) nowhere."""
     if settings.usage_plan_id is None:
         return NoUsagePlan()
+    import boto3
+
     return ApiGatewayUsagePlan(boto3.client("apigateway"), settings.usage_plan_id)
 
 
@@ -135,8 +129,16 @@ def build_relay(
 ) -> RelayDeps:
     """The routing table lives here: requested events to the jobs queue, outcome events to webhooks and the
     results bus."""
+    from tollgate.delivery.deliveries import NoDispatcher, WebhookDispatcher
+    from tollgate.events import BUS_ONLY_EVENT_TYPES, EXTRACTION_REQUESTED, OUTCOME_EVENT_TYPES
+    from tollgate.outbox.eventbridge import EventBridgePublisher
+    from tollgate.outbox.fanout import FanOutPublisher, NoSubscriber
+    from tollgate.outbox.job_queues import JobTypeQueues
+    from tollgate.outbox.relay import RelayDeps
+    from tollgate.outbox.sqs import SqsFifoPublisher
+
     db = db or build_database(settings, pool_name="relay")
-    sqs = boto3.client("sqs")
+    sqs = lazy_client("sqs")
     job_queues = JobTypeQueues(
         {
             job_type: SqsFifoPublisher(sqs, url, settings.message_group_shards)
@@ -145,7 +147,7 @@ def build_relay(
     )
     if starter is None:
         starter = (
-            StepFunctionsStarter(boto3.client("stepfunctions"), settings.webhook_state_machine_arn)
+            StepFunctionsStarter(lazy_client("stepfunctions"), settings.webhook_state_machine_arn)
             if settings.webhook_state_machine_arn
             else NoDispatcher()
         )
@@ -158,7 +160,7 @@ def build_relay(
         # Confirmed only when both confirmed: a bus that is down keeps the event for the next run, whose
         # republish the webhook side absorbs (one delivery per event and endpoint).
         bus = EventBridgePublisher(
-            events_client or boto3.client("events"), settings.results_bus_name, settings.results_event_source
+            events_client or lazy_client("events"), settings.results_bus_name, settings.results_event_source
         )
         outcomes = FanOutPublisher((("webhooks", webhooks), ("results bus", bus)))
         bus_only = bus
@@ -178,6 +180,8 @@ def build_relay(
 
 
 def retry_policy(settings: RetrySettings) -> RetryPolicy:
+    from tollgate.core.retry import RetryPolicy
+
     return RetryPolicy(
         base_seconds=settings.retry_base_seconds,
         cap_seconds=settings.retry_cap_seconds,
@@ -188,6 +192,9 @@ def retry_policy(settings: RetrySettings) -> RetryPolicy:
 def build_scheduler(
     settings: SchedulerSettings, metrics: MetricsSink, db: Database | None = None
 ) -> SchedulerDeps:
+    from tollgate.scheduler.retention import RetentionPolicy, S3RetentionStore
+    from tollgate.scheduler.tick import SchedulerDeps
+
     return SchedulerDeps(
         db=db or build_database(settings, pool_name="scheduler"),
         clock=SystemClock(),
@@ -197,12 +204,12 @@ def build_scheduler(
         jitter=random.uniform,
         batch_size=settings.scheduler_batch_size,
         deliveries=(
-            StepFunctionsStarter(boto3.client("stepfunctions"), settings.webhook_state_machine_arn)
+            StepFunctionsStarter(lazy_client("stepfunctions"), settings.webhook_state_machine_arn)
             if settings.webhook_state_machine_arn
             else None
         ),
         delivery_stall=timedelta(seconds=settings.delivery_stall_seconds),
-        retention_store=S3RetentionStore(boto3.client("s3"), settings.documents_bucket),
+        retention_store=S3RetentionStore(lazy_client("s3"), settings.documents_bucket),
         retention=RetentionPolicy(
             default_days=settings.retention_default_days,
             outbox_days=settings.retention_outbox_days,
@@ -214,7 +221,7 @@ def build_scheduler(
 
 
 def _relay_nudger(function_name: str | None) -> Nudger:
-    return LambdaNudger(boto3.client("lambda"), function_name) if function_name else NoNudge()
+    return LambdaNudger(lazy_client("lambda"), function_name) if function_name else NoNudge()
 
 
 def build_execution(
@@ -226,6 +233,11 @@ def build_execution(
     *,
     metrics: MetricsSink | None = None,
 ) -> ExecutionDeps:
+    from tollgate.core.metrics import RecordedMetrics
+    from tollgate.execution.attempt import ExecutionDeps, ModelRouter
+    from tollgate.execution.limiter.factory import build_limiter
+    from tollgate.execution.llm.client import OpenAIExtractor
+
     clock = SystemClock()
     if llm is None:
         import openai  # the worker's dependency only; the API's cold start does without it
@@ -237,7 +249,7 @@ def build_execution(
         llm = OpenAIExtractor(client, clock, settings.provider_structured_output)
     return ExecutionDeps(
         db=db,
-        documents=S3DocumentStore(boto3.client("s3"), settings.documents_bucket),
+        documents=S3DocumentStore(lazy_client("s3"), settings.documents_bucket),
         llm=llm,
         limiter=limiter or build_limiter(settings, clock),
         clock=clock,
@@ -258,6 +270,8 @@ def build_execution(
 
 
 def worker_config(settings: WorkerSettings) -> WorkerConfig:
+    from tollgate.execution.worker import WorkerConfig
+
     return WorkerConfig(
         slots=settings.execution_slots,
         tenant_cap=settings.tenant_max_in_flight,
@@ -275,6 +289,10 @@ def build_webhook_attempts(
     time_scale: float = 1.0,
 ) -> AttemptDeps:
     """``time_scale`` below 1 compresses the retry waits: only the local system passes one."""
+    from tollgate.core.metrics import RecordedMetrics
+    from tollgate.delivery.attempts import AttemptDeps
+    from tollgate.delivery.sender import SenderLimits, WebhookSender
+
     sender = WebhookSender(
         allow_private_targets=settings.webhooks_allow_private_targets,
         limits=SenderLimits(
@@ -297,8 +315,10 @@ def build_webhook_attempts(
 def build_ingress(settings: WorkerSettings, db: Database | None = None) -> tuple[IngressDeps, ...]:
     """One consumer per job type's queue, sharing the database pool and the SQS client (boto3 clients are
     thread-safe): the worker runs a receive loop for each, so a quiet queue's long poll delays no other."""
+    from tollgate.ingress.consumer import IngressDeps
+
     db = db or build_database(settings, pool_name="ingress")
-    sqs = boto3.client("sqs")
+    sqs = lazy_client("sqs")
     clock = SystemClock()
     return tuple(
         IngressDeps(
@@ -321,6 +341,10 @@ def build_support(
     commands that only use the database need nothing else. ``aws`` points the clients somewhere other than
     the default chain (the local system's moto) without touching the environment. The actor defaults to the
     login name."""
+    import boto3  # the CLI's own clients; imported here so the Lambdas' wiring does not load it at init
+
+    from tollgate.support.service import SupportDeps, TypeQueues
+
     session = (
         boto3.session.Session(
             aws_access_key_id=aws.access_key_id,
@@ -366,6 +390,8 @@ def build_review_cli(settings: SupportDatabaseSettings, *, aws: AwsEndpoint | No
     the settings name one (a document kept in its row needs none)."""
     store = None
     if settings.documents_bucket:
+        import boto3  # the CLI's own clients; imported here so the Lambdas' wiring does not load it at init
+
         session = (
             boto3.session.Session(
                 aws_access_key_id=aws.access_key_id,

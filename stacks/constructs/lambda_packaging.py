@@ -1,34 +1,46 @@
 """How Tollgate's Python code and its dependencies reach Lambda: one code asset, one layer.
 
-The code asset is the repository with everything but the runtime packages excluded; the layer is the
-folder ``layers/build.py`` fills with Linux ARM64 wheels, so neither needs Docker at synth time.
+``layers/build.py`` fills both folders: the layer with the locked Linux ARM64 wheels, the function code
+with a copy of the runtime folders; both carry bytecode compiled for the runtime's CPython, so a cold
+start loads code instead of compiling it. Neither needs Docker at synth time.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import aws_cdk as cdk
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from layers.build import FUNCTION_OUTPUT, RUNTIME_FOLDERS, read_function_stamp, source_fingerprint
 from stacks.config import REPO_ROOT
+
+__all__ = ["LAMBDA_ARCHITECTURE", "LAMBDA_RUNTIME", "RUNTIME_FOLDERS", "DependenciesLayer", "function_code"]
 
 LAMBDA_RUNTIME = lambda_.Runtime.PYTHON_3_13
 LAMBDA_ARCHITECTURE = lambda_.Architecture.ARM_64
 
-# The only top-level folders a Lambda imports from or reads at run time.
-RUNTIME_FOLDERS = ("tollgate", "functions", "migrations")
-
 # Git-style patterns: drop every top-level entry, then re-admit the runtime folders. Excluding by
 # allow-list means a new top-level folder (a venv, cdk.out, a benchmark dump) never leaks into the zip.
-_CODE_EXCLUDES = [
-    "/*",
-    *(f"!/{folder}/" for folder in RUNTIME_FOLDERS),
-    "__pycache__/",
-    "*.py[cod]",
-    ".DS_Store",
-]
+_CODE_EXCLUDES = ["/*", *(f"!/{folder}/" for folder in RUNTIME_FOLDERS), ".DS_Store"]
+# From the repository itself, this machine's bytecode (another CPython's, timestamp-checked) stays out.
+_SOURCE_EXCLUDES = [*_CODE_EXCLUDES, "__pycache__/", "*.py[cod]"]
+
+
+def code_folder(staged: Path = FUNCTION_OUTPUT) -> Path:
+    """``build/function`` when layers/build.py staged it from the sources as they are now, else the
+    repository itself (sources without bytecode, e.g. for template tests that never ran the build).
+
+    A staged copy whose sources changed since is never used: it would deploy yesterday's code.
+    """
+    stamp = read_function_stamp(staged)
+    if stamp is not None and stamp.get("source") == source_fingerprint():
+        return staged
+    if stamp is not None:
+        print(f"{staged} is older than the sources; packaging them without bytecode", file=sys.stderr)
+    return REPO_ROOT
 
 
 def function_code() -> lambda_.Code:
@@ -36,7 +48,9 @@ def function_code() -> lambda_.Code:
 
     The content hash is the same everywhere, so CDK uploads the zip once.
     """
-    return lambda_.Code.from_asset(str(REPO_ROOT), exclude=_CODE_EXCLUDES, ignore_mode=cdk.IgnoreMode.GIT)
+    folder = code_folder()
+    excludes = _SOURCE_EXCLUDES if folder == REPO_ROOT else _CODE_EXCLUDES
+    return lambda_.Code.from_asset(str(folder), exclude=excludes, ignore_mode=cdk.IgnoreMode.GIT)
 
 
 def lambda_handler(entrypoint: str) -> str:
@@ -48,7 +62,7 @@ def lambda_handler(entrypoint: str) -> str:
 
 
 class DependenciesLayer(Construct):
-    """The packages of ``[project].dependencies``, built for the Lambda runtime by layers/build.py.
+    """The locked runtime packages of uv.lock, built for the Lambda runtime by layers/build.py.
 
     Each stack makes its own layer version from the same folder: sharing one across stacks would pin its
     ARN in a cross-stack reference that CloudFormation refuses to change on the next dependency bump.
@@ -66,5 +80,5 @@ class DependenciesLayer(Construct):
             code=lambda_.Code.from_asset(str(layer_dir)),
             compatible_runtimes=[LAMBDA_RUNTIME],
             compatible_architectures=[LAMBDA_ARCHITECTURE],
-            description="Tollgate runtime dependencies (pyproject [project].dependencies)",
+            description="Tollgate runtime dependencies (uv.lock, with CPython bytecode)",
         )

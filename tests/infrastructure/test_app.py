@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from layers import build
 from stacks.config import REPO_ROOT
-from stacks.constructs.lambda_packaging import LAMBDA_ARCHITECTURE, LAMBDA_RUNTIME, RUNTIME_FOLDERS
+from stacks.constructs.lambda_packaging import (
+    LAMBDA_ARCHITECTURE,
+    LAMBDA_RUNTIME,
+    RUNTIME_FOLDERS,
+)
 from stacks.constructs.nag import NAG_PACK
 from tests.infrastructure.cfn import local_id, resources, subnet_groups
 from tests.infrastructure.synth import Synthesized
@@ -19,6 +22,7 @@ from tests.layout import missing_imports, python_files, tree_bytes
 pytestmark = pytest.mark.infrastructure
 
 ACKNOWLEDGED_RULES = "aws:cdk:acknowledged-rules"
+RUNTIME_CACHE_TAG = "cpython-" + LAMBDA_RUNTIME.name.removeprefix("python").replace(".", "")
 
 
 def test_synth_passes_cdk_nag(synthesized: Synthesized, validation_report: dict[str, Any]) -> None:
@@ -167,7 +171,12 @@ def test_code_asset_holds_only_the_runtime_packages(
     files = [path.relative_to(asset) for path in asset.rglob("*") if path.is_file()]
 
     assert {path.parts[0] for path in files} <= set(RUNTIME_FOLDERS)
-    assert not [path for path in files if "__pycache__" in path.parts or path.suffix == ".pyc"]
+    # Bytecode only as layers/build.py compiles it: for the runtime's CPython, beside its source.
+    for path in files:
+        if path.suffix == ".pyc":
+            assert path.parent.name == "__pycache__" and path.name.endswith(f".{RUNTIME_CACHE_TAG}.pyc")
+            source = asset / path.parent.parent / f"{path.name.split('.')[0]}.py"
+            assert source.is_file(), f"{path} has no source beside it"
     for entrypoint in ("api", "authorizer", "migrate"):
         assert (asset / "functions" / entrypoint / "handler.py").is_file()
     assert (asset / "tollgate" / "settings.py").is_file()
@@ -215,24 +224,15 @@ def test_every_stack_with_functions_uses_the_same_code_asset(
         assert (asset / "functions" / entrypoint / "handler.py").is_file()
 
 
-def _layer_build_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("layer_build", REPO_ROOT / "layers" / "build.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_layer_is_built_for_the_functions_runtime_and_architecture(
     api_template: dict[str, Any],
     data_template: dict[str, Any],
     pipeline_template: dict[str, Any],
     delivery_template: dict[str, Any],
 ) -> None:
-    build = _layer_build_script()
-
     assert LAMBDA_RUNTIME.name == f"python{build.PYTHON_VERSION}"
-    assert build.PIP_PLATFORM.endswith("_aarch64") and LAMBDA_ARCHITECTURE.name == "arm64"
+    assert build.UV_PLATFORM.startswith("aarch64-") and LAMBDA_ARCHITECTURE.name == "arm64"
+    assert build.LAMBDA_MARKERS["platform_machine"] == "aarch64"
     for template in (api_template, data_template, pipeline_template, delivery_template):
         for layer in resources(template, "AWS::Lambda::LayerVersion").values():
             assert layer["Properties"]["CompatibleRuntimes"] == [LAMBDA_RUNTIME.name]
@@ -245,8 +245,6 @@ def test_layer_is_built_for_the_functions_runtime_and_architecture(
 
 
 def test_layer_takes_runtime_dependencies_and_no_cdk_packages() -> None:
-    build = _layer_build_script()
-
     names = {build.requirement_name(r) for r in build.runtime_requirements()}
 
     assert {"pydantic", "psycopg", "aws-lambda-powertools"} <= names
@@ -254,19 +252,8 @@ def test_layer_takes_runtime_dependencies_and_no_cdk_packages() -> None:
 
 
 def test_layer_build_refuses_cdk_packages_in_runtime_dependencies(tmp_path: Path) -> None:
-    build = _layer_build_script()
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text('[project]\nname = "x"\ndependencies = ["pydantic>=2", "aws_cdk_lib>=2.200"]\n')
 
     with pytest.raises(SystemExit, match="aws-cdk-lib"):
         build.runtime_requirements(pyproject)
-
-
-def test_layer_build_asks_for_lambda_wheels_only(tmp_path: Path) -> None:
-    build = _layer_build_script()
-
-    command = build.install_command(["pydantic>=2"], tmp_path, "3.13")
-
-    assert "3.13" in command and str(tmp_path) in command and command[-1] == "pydantic>=2"
-    assert any(flag in command for flag in ("--only-binary=:all:", ":all:"))
-    assert build.PIP_PLATFORM in command or build.UV_PLATFORM in command

@@ -7,7 +7,6 @@ import json
 from typing import Any, cast
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
-from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 
 from tollgate import __version__
 from tollgate.api.deps import ApiDeps
@@ -37,6 +36,9 @@ def create_app(
 
 
 def openapi_document(app: APIGatewayRestResolver) -> str:
+    # Powertools' OpenAPI models cost a tenth of a second to build; only this page and the export need them.
+    from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
+
     document = app.get_openapi_json_schema(
         title="Tollgate",
         version=__version__,

@@ -4,10 +4,7 @@ table). The drain benchmark's baselines are the development package's, injected 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-import boto3
-from botocore.config import Config
+from typing import TYPE_CHECKING, Any
 
 from tollgate.core.clock import Clock
 from tollgate.execution.limiter.aimd import AimdPolicy
@@ -21,9 +18,13 @@ if TYPE_CHECKING:
 
 # Every call waits on the budget, so an unreachable table must fail fast rather than after the SDK's
 # default minute of retries; the limiter itself backs off and fails closed (or uses its local allowance).
-LIMITER_CLIENT_CONFIG = Config(
-    connect_timeout=1, read_timeout=2, retries={"mode": "standard", "max_attempts": 2}
-)
+# Kept as keyword arguments of botocore's Config, built where the client is: wiring imports this module in
+# every entrypoint, and botocore's import is a large part of a Lambda's cold start.
+LIMITER_CLIENT_CONFIG: dict[str, Any] = {
+    "connect_timeout": 1,
+    "read_timeout": 2,
+    "retries": {"mode": "standard", "max_attempts": 2},
+}
 
 
 def tier_shares(settings: LimiterSettings) -> TierShares:
@@ -36,9 +37,14 @@ def tier_shares(settings: LimiterSettings) -> TierShares:
 
 def build_limiter(settings: LimiterSettings, clock: Clock, dynamodb: DynamoDBClient | None = None) -> Limiter:
     if settings.limiter_table:
+        if dynamodb is None:
+            import boto3
+            from botocore.config import Config
+
+            dynamodb = boto3.client("dynamodb", config=Config(**LIMITER_CLIENT_CONFIG))
         rpm, in_flight = settings.provider_requests_per_minute, settings.provider_max_in_flight
         return DynamoDbLimiter(
-            dynamodb or boto3.client("dynamodb", config=LIMITER_CLIENT_CONFIG),
+            dynamodb,
             settings.limiter_table,
             clock,
             requests_per_minute=rpm,
