@@ -17,9 +17,13 @@ import subprocess
 import sys
 import tempfile
 import tomllib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+if not __package__:  # run as a script (`python layers/build.py`): make the `layers` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from layers import database_ca
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = REPO_ROOT / "pyproject.toml"
@@ -333,11 +337,23 @@ def _cache_tag(interpreter: str | None) -> str | None:
 # ------------------------------------------------------------------------------------------------- layer
 
 
-def build_layer(output: Path, plan: LayerPlan, interpreter: str | None, force: bool) -> bool:
-    """Fill ``output/python``; returns False when an up-to-date build was already there."""
+def build_layer(
+    output: Path,
+    plan: LayerPlan,
+    interpreter: str | None,
+    force: bool,
+    rds_ca: Callable[[], bytes] | None = None,
+) -> bool:
+    """Fill ``output/python``; returns False when an up-to-date build was already there.
+
+    ``rds_ca`` gives the checked RDS CA bundle (downloaded only when the layer is rebuilt); ``None`` leaves
+    the database CA file out, for tests of the install alone.
+    """
     stamp = output.with_name(output.name + ".stamp")
     expected = plan.fingerprint(_cache_tag(interpreter))
-    if not force and (output / "python").is_dir() and stamp.is_file() and stamp.read_text() == expected:
+    ca_ready = rds_ca is None or (output / "python" / database_ca.LAYER_RELATIVE_PATH).is_file()
+    up_to_date = (output / "python").is_dir() and stamp.is_file() and stamp.read_text() == expected
+    if not force and up_to_date and ca_ready:
         return False
 
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -356,6 +372,8 @@ def build_layer(output: Path, plan: LayerPlan, interpreter: str | None, force: b
             raise SystemExit(
                 f"the layer does not hold uv.lock's versions: {_difference(plan.pins, installed)}"
             )
+        if rds_ca is not None:
+            database_ca.write_database_ca(staging / "python", rds_ca())
         compile_tree(interpreter, staging / "python", LAYER_MOUNT)
         stamp.unlink(missing_ok=True)
         shutil.rmtree(output, ignore_errors=True)
@@ -399,6 +417,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--python", default=os.environ.get("LAMBDA_PYTHON") or None, help="CPython 3.13 to use"
     )
+    parser.add_argument(
+        "--rds-ca-bundle",
+        type=Path,
+        default=os.environ.get("LAMBDA_RDS_CA_BUNDLE") or None,
+        help="Amazon's RDS CA bundle (global-bundle.pem) already downloaded; without it the build fetches it",
+    )
     args = parser.parse_args(argv)
 
     interpreter = None
@@ -407,7 +431,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if interpreter is None:
             raise SystemExit(NO_INTERPRETER.format(version=PYTHON_VERSION))
     plan = plan_layer()
-    built = build_layer(args.output.resolve(), plan, interpreter, args.force)
+
+    def rds_ca() -> bytes:
+        try:
+            return database_ca.rds_bundle(args.rds_ca_bundle)
+        except (database_ca.DatabaseCaError, OSError) as error:
+            raise SystemExit(str(error)) from error
+
+    built = build_layer(args.output.resolve(), plan, interpreter, args.force, rds_ca)
     print(
         f"layer {'built' if built else 'up to date'}: {args.output} ({len(plan.pins)} packages from uv.lock)"
     )

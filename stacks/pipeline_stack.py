@@ -21,7 +21,7 @@ from stacks.config import StageConfig, settings_environment
 from stacks.constructs.documents_access import DocumentsRetentionAccess, ExportedDocumentsBucket
 from stacks.constructs.entrypoint_function import EntrypointFunction
 from stacks.constructs.job_queue import JobQueue, construct_name
-from stacks.constructs.lambda_packaging import DependenciesLayer, function_code
+from stacks.constructs.lambda_packaging import DATABASE_CA_ENVIRONMENT, DependenciesLayer, function_code
 from tollgate.jobtypes.registry import JOB_TYPES
 
 
@@ -65,6 +65,7 @@ class PipelineStack(cdk.Stack):
         database_environment = {
             "DATABASE_SECRET_ARN": database_secret.secret_arn,
             "DATABASE_HOST": database_endpoint,
+            **DATABASE_CA_ENVIRONMENT,
             "DATABASE_POOL_SIZE": "1",
             **config.database_wait_environment(),
         }

@@ -45,6 +45,8 @@ from tollgate.execution.limiter.dynamodb import TTL_ATTRIBUTE as LIMITER_TTL_ATT
 
 DOCKERFILE = "worker/Dockerfile"
 CONTAINER_NAME = "worker"
+# Where worker/Dockerfile puts the database CA bundle layers/build.py wrote (WORKDIR /app).
+WORKER_DATABASE_CA_BUNDLE = "/app/tollgate-ca/database-ca.pem"
 # Fargate's ceiling. On SIGTERM the worker stops claiming and lets its attempts finish for drain_seconds
 # (validated to end sooner), then hands the rest back; a task killed anyway loses only leases, which the
 # scheduler reaps and retries.
@@ -276,6 +278,7 @@ class WorkerStack(cdk.Stack):
             "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
             "DATABASE_SECRET_ARN": database_secret.secret_arn,
             "DATABASE_HOST": database_endpoint,
+            "DATABASE_CA_BUNDLE": WORKER_DATABASE_CA_BUNDLE,
             # A connection per execution slot, plus ingress and the claim loop; RDS Proxy multiplexes them,
             # and without a proxy each is a server connection (README, "What an idle stage costs").
             "DATABASE_POOL_SIZE": str(spec.execution_slots + 2),

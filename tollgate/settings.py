@@ -27,8 +27,8 @@ MIGRATIONS_DIR = _PACKAGED_MIGRATIONS if _PACKAGED_MIGRATIONS.is_dir() else REPO
 # The CA bundle deployed database connections verify the server against: certifi's copy of Mozilla's roots,
 # shipped with the package's dependencies in the Lambda layer and the worker image. It holds Amazon Root CA
 # 1-4, which RDS Proxy's ACM certificates chain to. It does not hold the RDS CAs (rds-ca-rsa2048-g1 and
-# the others) that an Aurora cluster's own endpoint presents: no package on PyPI ships those, so a client
-# that connects to the cluster directly needs DATABASE_CA_BUNDLE pointing at Amazon's RDS bundle.
+# the others) that an Aurora cluster's own endpoint presents: no package on PyPI ships those, so the stacks
+# point DATABASE_CA_BUNDLE at the bundle layers/build.py writes (these roots plus Amazon's RDS bundle).
 SHIPPED_CA_BUNDLE = Path(certifi.where())
 
 
@@ -52,7 +52,8 @@ class DatabaseSettings(BaseSettings):
         description="PEM file of the CAs a deployed connection (the secret path, always "
         "`sslmode=verify-full`) trusts; unset, the bundle shipped with the package (Mozilla's roots via "
         "certifi, which include the Amazon roots RDS Proxy's certificates chain to). A direct connection to "
-        "the Aurora cluster needs Amazon's RDS CA bundle (global-bundle.pem) here. DATABASE_URL connections "
+        "the Aurora cluster needs Amazon's RDS CAs too: deployed stacks set the bundle layers/build.py writes "
+        "(these roots and Amazon's RDS bundle). DATABASE_URL connections "
         "ignore it.",
     )
     database_role: str = Field(

@@ -20,6 +20,7 @@ from constructs import Construct
 
 from stacks.config import REPO_ROOT, StageConfig
 from stacks.constructs.entrypoint_function import EntrypointFunction
+from stacks.constructs.lambda_packaging import DATABASE_CA_ENVIRONMENT
 from stacks.constructs.nag import acknowledge
 
 MIGRATIONS_DIR = REPO_ROOT / "migrations"
@@ -74,6 +75,8 @@ class DatabaseMigrations(Construct):
                 # DDL goes to the writer directly: RDS Proxy pins sessions that change settings and
                 # adds nothing to a single run.
                 "DATABASE_HOST": cluster.cluster_endpoint.hostname,
+                # The cluster presents an RDS CA certificate: the layer's bundle holds those roots.
+                **DATABASE_CA_ENVIRONMENT,
                 "DATABASE_POOL_SIZE": "1",
                 # A deployment may find a paused cluster.
                 **config.database_wait_environment(),

@@ -14,13 +14,30 @@ import aws_cdk as cdk
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from layers.build import FUNCTION_OUTPUT, RUNTIME_FOLDERS, read_function_stamp, source_fingerprint
+from layers.build import (
+    FUNCTION_OUTPUT,
+    LAYER_MOUNT,
+    RUNTIME_FOLDERS,
+    read_function_stamp,
+    source_fingerprint,
+)
+from layers.database_ca import LAYER_RELATIVE_PATH
 from stacks.config import REPO_ROOT
 
-__all__ = ["LAMBDA_ARCHITECTURE", "LAMBDA_RUNTIME", "RUNTIME_FOLDERS", "DependenciesLayer", "function_code"]
+__all__ = [
+    "DATABASE_CA_ENVIRONMENT",
+    "LAMBDA_ARCHITECTURE",
+    "LAMBDA_RUNTIME",
+    "RUNTIME_FOLDERS",
+    "DependenciesLayer",
+    "function_code",
+]
 
 LAMBDA_RUNTIME = lambda_.Runtime.PYTHON_3_13
 LAMBDA_ARCHITECTURE = lambda_.Architecture.ARM_64
+# What every Lambda that connects to PostgreSQL verifies the server with: the layer's bundle of public roots
+# (RDS Proxy) and Amazon's RDS roots (the cluster itself), written by layers/build.py (layers/database_ca.py).
+DATABASE_CA_ENVIRONMENT = {"DATABASE_CA_BUNDLE": f"{LAYER_MOUNT}/{LAYER_RELATIVE_PATH.as_posix()}"}
 
 # Git-style patterns: drop every top-level entry, then re-admit the runtime folders. Excluding by
 # allow-list means a new top-level folder (a venv, cdk.out, a benchmark dump) never leaks into the zip.

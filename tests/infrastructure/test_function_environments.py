@@ -9,9 +9,13 @@ from typing import Any
 import pytest
 from pydantic_settings import BaseSettings
 
+from layers.database_ca import LAYER_RELATIVE_PATH
+from stacks.config import REPO_ROOT
 from stacks.constructs.entrypoint_function import POWERTOOLS_VARIABLES
+from stacks.worker_stack import WORKER_DATABASE_CA_BUNDLE
 from tests.infrastructure.cfn import function_by_handler, only, with_stand_ins
 from tollgate.settings import (
+    SHIPPED_CA_BUNDLE,
     ApiSettings,
     AuthorizerSettings,
     MigrateSettings,
@@ -25,9 +29,6 @@ pytestmark = pytest.mark.infrastructure
 
 # Fields the stacks leave to the model's default, each for a reason:
 # - DATABASE_URL would win over the secret; deployed code logs in with the secret only.
-# - DATABASE_CA_BUNDLE: unset is the CA bundle shipped with the package, which RDS Proxy's certificates chain
-#   to. The migrate function connects to the cluster itself, whose RDS CA that bundle does not hold: it
-#   needs the proxy as its host or a stack-shipped RDS bundle here (an open item of issue 17).
 # - DATABASE_ROLE: the model's default is the role the migrations create for that work (tollgate_app for
 #   tenant requests, tollgate_system for the relay, scheduler and worker; "" = stay the owner for the
 #   migrate function); duplicating it here would let the two drift apart.
@@ -43,32 +44,28 @@ pytestmark = pytest.mark.infrastructure
 LEFT_TO_DEFAULT = {
     "api": {
         "DATABASE_URL",
-        "DATABASE_CA_BUNDLE",
         "DATABASE_ROLE",
         "DATABASE_WAIT_SECONDS",
         "WEBHOOKS_ALLOW_PRIVATE_TARGETS",
         "SYSTEM_MONTHLY_BUDGET_USD",
     },
-    "authorizer": {"DATABASE_URL", "DATABASE_CA_BUNDLE", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS"},
+    "authorizer": {"DATABASE_URL", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS"},
     "migrate": {
         "DATABASE_URL",
-        "DATABASE_CA_BUNDLE",
         "DATABASE_ROLE",
         "DATABASE_WAIT_SECONDS",
         "MIGRATIONS_DIR",
     },
-    "outbox_relay": {"DATABASE_URL", "DATABASE_CA_BUNDLE", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS"},
-    "scheduler": {"DATABASE_URL", "DATABASE_CA_BUNDLE", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS"},
+    "outbox_relay": {"DATABASE_URL", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS"},
+    "scheduler": {"DATABASE_URL", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS"},
     "webhook_attempt": {
         "DATABASE_URL",
-        "DATABASE_CA_BUNDLE",
         "DATABASE_ROLE",
         "DATABASE_WAIT_SECONDS",
         "WEBHOOKS_ALLOW_PRIVATE_TARGETS",
     },
     "worker": {
         "DATABASE_URL",
-        "DATABASE_CA_BUNDLE",
         "DATABASE_ROLE",
         "DATABASE_WAIT_SECONDS",
         "OPENAI_BASE_URL",
@@ -152,6 +149,9 @@ def test_literal_values_pass_the_models_validation(
     for name, value in environment.items():
         if name not in POWERTOOLS_VARIABLES:
             monkeypatch.setenv(name, with_stand_ins(value))
+    if "DATABASE_CA_BUNDLE" in environment:
+        # The bundle's path exists only inside the layer or the image (checked below); any file stands in.
+        monkeypatch.setenv("DATABASE_CA_BUNDLE", str(SHIPPED_CA_BUNDLE))
 
     settings = model()
 
@@ -184,6 +184,35 @@ def test_database_host_is_the_proxy_for_application_code(
     ):
         host = _environment(template, entrypoint)["DATABASE_HOST"]
         assert "DatabaseProxy" in str(host) and "Endpoint" in str(host), entrypoint
+
+
+def test_every_database_client_verifies_with_the_bundle_shipped_beside_it(
+    api_template: dict[str, Any],
+    data_template: dict[str, Any],
+    pipeline_template: dict[str, Any],
+    delivery_template: dict[str, Any],
+    worker_template: dict[str, Any],
+) -> None:
+    """Lambdas read the layer's bundle (public roots for RDS Proxy, RDS roots for the cluster), the worker
+    the copy its Dockerfile puts at the same place under its working directory."""
+    lambda_bundle = f"/opt/python/{LAYER_RELATIVE_PATH.as_posix()}"
+    for template, entrypoint in (
+        (api_template, "api"),
+        (api_template, "authorizer"),
+        (data_template, "migrate"),
+        (pipeline_template, "outbox_relay"),
+        (pipeline_template, "scheduler"),
+        (delivery_template, "webhook_attempt"),
+    ):
+        assert _environment(template, entrypoint)["DATABASE_CA_BUNDLE"] == lambda_bundle, entrypoint
+    assert _environment(worker_template, "worker")["DATABASE_CA_BUNDLE"] == WORKER_DATABASE_CA_BUNDLE
+
+    dockerfile = (REPO_ROOT / "worker" / "Dockerfile").read_text()
+    image_path = WORKER_DATABASE_CA_BUNDLE.removeprefix("/app/")
+    assert f"COPY build/layer/python/{LAYER_RELATIVE_PATH.as_posix()} ./{image_path}" in dockerfile
+    assert "WORKDIR /app" in dockerfile
+    dockerignore = (REPO_ROOT / ".dockerignore").read_text().splitlines()
+    assert f"!build/layer/python/{LAYER_RELATIVE_PATH.as_posix()}" in dockerignore
 
 
 def test_api_nudges_the_pipelines_relay(api_template: dict[str, Any]) -> None:
