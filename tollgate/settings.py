@@ -522,3 +522,8 @@ class SupportSettings(SupportDatabaseSettings, JobQueueSettings):
     def _every_type_has_a_dlq(self) -> SupportSettings:
         check_job_type_map("JOB_DLQ_URLS", self.job_dlq_urls, "dead-letter queue")
         return self
+
+
+class OpsSettings(SupportSettings):
+    """The operations Lambda (``tollgate --stage <stage> ...``): every support and admin command, inside the
+    VPC, as tollgate_system; the same settings the support CLI takes, set by the stack instead of a shell."""

@@ -36,6 +36,7 @@ from tollgate.execution.limiter.factory import build_limiter
 from tollgate.execution.llm.client import LlmClient, OpenAIExtractor
 from tollgate.execution.worker import WorkerConfig
 from tollgate.ingress.consumer import IngressDeps
+from tollgate.ops.service import OpsDeps
 from tollgate.outbox.eventbridge import EventBridgePublisher, PutEventsClient
 from tollgate.outbox.fanout import FanOutPublisher, NoSubscriber
 from tollgate.outbox.job_queues import JobTypeQueues
@@ -48,6 +49,7 @@ from tollgate.scheduler.tick import SchedulerDeps
 from tollgate.settings import (
     ApiSettings,
     AuthorizerSettings,
+    OpsSettings,
     RelaySettings,
     RetrySettings,
     SchedulerSettings,
@@ -356,3 +358,24 @@ def build_review_cli(settings: SupportDatabaseSettings, *, aws: AwsEndpoint | No
         client = session.client("s3", endpoint_url=aws.url if aws else None)
         store = S3DocumentStore(client, settings.documents_bucket)
     return ReviewDeps(build_database(settings, pool_name="reviews"), store, SystemClock(), new_id)
+
+
+def build_ops(settings: OpsSettings, *, aws: AwsEndpoint | None = None) -> OpsDeps:
+    """The operations function's dependencies: the support CLI's (database as the system role, every job
+    type's queues, the webhook dispatcher) and the review commands' documents store, on one database pool.
+    Each request names its own caller, so the actor here is only a placeholder that is never written."""
+    support = build_support(settings, "tollgate-ops", aws=aws)
+    store = None
+    if settings.documents_bucket:
+        session = (
+            boto3.session.Session(
+                aws_access_key_id=aws.access_key_id,
+                aws_secret_access_key=aws.secret_access_key,
+                region_name=aws.region,
+            )
+            if aws
+            else boto3.session.Session()
+        )
+        client = session.client("s3", endpoint_url=aws.url if aws else None)
+        store = S3DocumentStore(client, settings.documents_bucket)
+    return OpsDeps(support=support, reviews=ReviewDeps(support.db, store, support.clock, support.new_id))
