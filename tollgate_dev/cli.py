@@ -56,6 +56,12 @@ def local_up(
             f"Demo ERP receiver at [bold]{stack.erp.url}[/bold]: register {stack.erp.url}/<any path> as a "
             "webhook endpoint and it verifies each delivery with that endpoint's secret."
         )
+        if stack.ops is not None:
+            console.print(
+                f"Operations function at [bold]{stack.ops.url}[/bold]: `tollgate --ops-url {stack.ops.url} "
+                "tenants create NAME` runs a command the way `--stage` does against a deployed stage (signed "
+                "with AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=eu-west-1)."
+            )
         console.print("Create a tenant with `tollgate tenants create NAME`. Ctrl-C stops everything.")
 
     exit_code = run_in_foreground(stack, ready, lambda note: console.print(f"Stopping: {note}"))
