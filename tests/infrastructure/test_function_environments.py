@@ -15,6 +15,7 @@ from tollgate.settings import (
     ApiSettings,
     AuthorizerSettings,
     MigrateSettings,
+    OpsSettings,
     RelaySettings,
     SchedulerSettings,
     WebhookAttemptSettings,
@@ -36,6 +37,8 @@ pytestmark = pytest.mark.infrastructure
 #   the production values; no stage tunes them yet.
 # - WEBHOOKS_ALLOW_PRIVATE_TARGETS: local development only; deployed endpoints
 #   must be HTTPS and public, and the sender refuses private addresses.
+# - REDRIVE_EXTRA_ATTEMPTS and REDRIVE_DEADLINE_SECONDS (ops): the model's defaults are what the support CLI
+#   uses locally too; no stage tunes how much budget a redriven job gets.
 # SYSTEM_MONTHLY_BUDGET_USD is set only when the stage names a system budget (none by default).
 LEFT_TO_DEFAULT = {
     "api": {
@@ -54,6 +57,13 @@ LEFT_TO_DEFAULT = {
         "DATABASE_ROLE",
         "DATABASE_WAIT_SECONDS",
         "WEBHOOKS_ALLOW_PRIVATE_TARGETS",
+    },
+    "ops": {
+        "DATABASE_URL",
+        "DATABASE_ROLE",
+        "DATABASE_WAIT_SECONDS",
+        "REDRIVE_EXTRA_ATTEMPTS",
+        "REDRIVE_DEADLINE_SECONDS",
     },
     "worker": {
         "DATABASE_URL",
@@ -79,6 +89,7 @@ ENTRYPOINTS: list[tuple[str, type[BaseSettings], str]] = [
     ("scheduler", SchedulerSettings, "pipeline_template"),
     ("webhook_attempt", WebhookAttemptSettings, "delivery_template"),
     ("worker", WorkerSettings, "worker_template"),
+    ("ops", OpsSettings, "ops_template"),
 ]
 
 
@@ -161,6 +172,7 @@ def test_database_host_is_the_proxy_for_application_code(
     pipeline_template: dict[str, Any],
     delivery_template: dict[str, Any],
     worker_template: dict[str, Any],
+    ops_template: dict[str, Any],
 ) -> None:
     for template, entrypoint in (
         (api_template, "api"),
@@ -169,6 +181,7 @@ def test_database_host_is_the_proxy_for_application_code(
         (pipeline_template, "scheduler"),
         (delivery_template, "webhook_attempt"),
         (worker_template, "worker"),
+        (ops_template, "ops"),
     ):
         host = _environment(template, entrypoint)["DATABASE_HOST"]
         assert "DatabaseProxy" in str(host) and "Endpoint" in str(host), entrypoint

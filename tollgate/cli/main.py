@@ -19,7 +19,7 @@ from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from rich.console import Console
 
-from tollgate.cli.remote import Target, command, remote
+from tollgate.cli.remote import Target, choose, command, remote
 from tollgate.cli.remote import target as remote_stage_chosen
 from tollgate.cli.reviews import reviews_app
 from tollgate.cli.support import deliveries_app, dlq_app, jobs_app
@@ -48,7 +48,6 @@ R = TypeVar("R", bound=BaseModel)
 
 @app.callback()
 def choose_stage(
-    ctx: typer.Context,
     stage: Annotated[
         str | None,
         typer.Option(
@@ -69,7 +68,7 @@ def choose_stage(
     ] = None,
 ) -> None:
     """Tollgate: asynchronous, rate-limited LLM jobs for many tenants."""
-    ctx.obj = Target(stage, ops_url) if stage or ops_url else None
+    choose(Target(stage, ops_url) if stage or ops_url else None)
 
 
 def _in_stage(model: type[BaseModel], result: type[R], **fields: Any) -> R | None:

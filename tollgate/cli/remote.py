@@ -17,7 +17,6 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
-import click
 import typer
 from pydantic import BaseModel, ValidationError
 
@@ -60,13 +59,18 @@ def _unreachable(message: str) -> NoReturn:
     raise typer.Exit(1)
 
 
+# The stage this invocation of `tollgate` chose; set by the root command's callback on every invocation
+# (None for local mode), so an in-process runner never carries one invocation's choice into the next.
+_chosen: list[Target | None] = [None]
+
+
+def choose(chosen: Target | None) -> None:
+    _chosen[0] = chosen
+
+
 def target() -> Target | None:
     """The stage the command line chose (``--stage`` / ``--ops-url`` on ``tollgate``), None for local mode."""
-    context = click.get_current_context(silent=True)
-    if context is None:
-        return None
-    chosen = context.find_root().obj
-    return chosen if isinstance(chosen, Target) else None
+    return _chosen[0]
 
 
 @dataclass
