@@ -58,8 +58,8 @@ class OpsStack(cdk.Stack):
             "Ops",
             config=config,
             entrypoint="ops",
-            description="Tollgate operations: tenants, keys, jobs, dead letters, deliveries, reviews and usage "
-            "for IAM-authenticated operators (function URL)",
+            description="Tollgate operations: tenants, keys, jobs, dead letters, deliveries, reviews and "
+            "usage for IAM-authenticated operators (function URL)",
             code=function_code(),
             layer=DependenciesLayer(self, "Dependencies", layer_dir=config.layer_dir).layer,
             vpc=vpc,
