@@ -15,6 +15,7 @@ from tollgate.settings import (
     ApiSettings,
     AuthorizerSettings,
     MigrateSettings,
+    OpsSettings,
     RelaySettings,
     SchedulerSettings,
     SupportSettings,
@@ -31,6 +32,7 @@ ENTRYPOINTS: dict[str, type[BaseSettings]] = {
     "worker": WorkerSettings,
     "webhook_attempt": WebhookAttemptSettings,
     "support CLI": SupportSettings,
+    "ops": OpsSettings,
 }
 START, END = "<!-- configuration:start -->", "<!-- configuration:end -->"
 TYPES_START, TYPES_END = "<!-- job-types:start -->", "<!-- job-types:end -->"

@@ -115,8 +115,10 @@ class LocalStack:
     queues: dict[str, JobsQueues] | None = None
     results_bus: ResultsBus | None = None
     dispatcher_arn: str | None = None
-    # The operations function behind its SigV4-checking URL stand-in: `tollgate --ops-url <url> ...`.
+    # The operations function behind its SigV4-checking URL stand-in: `tollgate --ops-url <url> ...`; 0 picks
+    # a free port (tests), `tollgate local up` asks for 8082.
     ops: LocalOpsFunction | None = None
+    ops_port: int = 0
     loops: dict[str, Loop] = field(default_factory=dict)
     workers: int = 2
     # The service tiers each worker claims, highest first, in turn: like the deployed tier services, a
@@ -222,7 +224,7 @@ class LocalStack:
         )
         deps = build_ops(settings, aws=local_aws(self.aws.endpoint_url))
         self._closers.append(deps.db.close)
-        self.ops = LocalOpsFunction(deps).start()
+        self.ops = LocalOpsFunction(deps, port=self.ops_port).start()
         self._closers.append(self.ops.stop)
 
     def _write_discovery(self) -> None:
