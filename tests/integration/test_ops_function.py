@@ -305,3 +305,39 @@ def test_a_remote_refusal_is_a_tollgate_error_with_the_functions_detail(function
 
     with pytest.raises(TollgateError, match="no tenant named 'nobody'"):
         client.call(ops.ListKeys(tenant="nobody"), ops.KeyList)
+
+
+# Finding a stage's function.
+
+
+@pytest.fixture
+def stage_stack(local_aws) -> Iterator[str]:
+    """A stand-in `Tollgate-<stage>-Ops` stack in moto's CloudFormation with the output the CLI reads."""
+    import boto3
+
+    stage = f"t{secrets.token_hex(3)}"
+    name = f"Tollgate-{stage}-Ops"
+    template = {
+        "Resources": {"Marker": {"Type": "AWS::SQS::Queue"}},
+        "Outputs": {"OpsFunctionUrl": {"Value": "https://abc123xyz.lambda-url.eu-central-1.on.aws/"}},
+    }
+    cloudformation = boto3.client("cloudformation")
+    cloudformation.create_stack(StackName=name, TemplateBody=json.dumps(template))
+    yield stage
+    cloudformation.delete_stack(StackName=name)
+
+
+def test_a_stage_s_url_comes_from_its_ops_stack_and_signs_for_the_url_s_region(stage_stack):
+    from tollgate.cli.remote import Target, client_for
+
+    client = client_for(Target(stage_stack, None))
+
+    assert client.url == "https://abc123xyz.lambda-url.eu-central-1.on.aws/"
+    assert client.region == "eu-central-1"
+
+
+def test_a_stage_without_an_ops_stack_is_a_clear_exit_1(local_aws):
+    result = CliRunner().invoke(app, ["--stage", "nowhere", "jobs", "list"], catch_exceptions=False)
+
+    assert result.exit_code == 1
+    assert "Tollgate-nowhere-Ops" in result.output

@@ -283,9 +283,7 @@ def _replay_delivery(deps: SupportDeps, _ops: OpsDeps, _caller: Caller, r: m.Rep
 def _list_reviews(deps: SupportDeps, ops: OpsDeps, _caller: Caller, r: m.ListReviews) -> BaseModel:
     if r.tenant is None:
         return list_all_reviews(deps.db, reason=r.reason, limit=r.limit, cursor=None)
-    page = list_reviews(deps.db, find_tenant(deps.db, r.tenant), reason=r.reason, limit=r.limit, cursor=None)
-    # The tenant's own listing does not name it; the CLI shows the name it was asked for.
-    return page.model_copy(update={"items": [i.model_copy(update={"tenant": r.tenant}) for i in page.items]})
+    return list_reviews(deps.db, find_tenant(deps.db, r.tenant), reason=r.reason, limit=r.limit, cursor=None)
 
 
 def _show_review(deps: SupportDeps, ops: OpsDeps, _caller: Caller, r: m.ShowReview) -> BaseModel:
