@@ -17,6 +17,7 @@ deps = build_ops(OpsSettings())
 
 
 @logger.inject_lambda_context
-@tracer.capture_lambda_handler
+# A response can carry a new API key, shown once: it must not be kept as trace metadata in X-Ray.
+@tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return handle_function_url(deps, event)

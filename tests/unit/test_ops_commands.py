@@ -74,3 +74,27 @@ def test_names_and_reasons_are_trimmed_before_they_are_checked():
     )
 
     assert isinstance(request, m.RetryJob) and request.reason == "why"
+
+
+def test_the_ops_handler_keeps_its_responses_out_of_traces():
+    """`tenants create` and `keys create` answer with a key that is shown once: Powertools' tracer would
+    otherwise store every response as X-Ray metadata."""
+    import ast
+
+    from tollgate.settings import REPO_ROOT
+
+    tree = ast.parse((REPO_ROOT / "functions" / "ops" / "handler.py").read_text(encoding="utf-8"))
+    decorators = [
+        decorator
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef) and node.name == "lambda_handler"
+        for decorator in node.decorator_list
+    ]
+    traced = [
+        d
+        for d in decorators
+        if isinstance(d, ast.Call) and ast.unparse(d.func).endswith("capture_lambda_handler")
+    ]
+
+    assert len(traced) == 1
+    assert any(k.arg == "capture_response" and ast.unparse(k.value) == "False" for k in traced[0].keywords)
