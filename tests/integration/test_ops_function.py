@@ -272,15 +272,29 @@ def stage_cli(url: str, *args: str):
     return CliRunner().invoke(app, ["--ops-url", url, *args], env={"COLUMNS": "200"}, catch_exceptions=False)
 
 
-def test_stage_mode_reports_a_refusal_like_local_mode(function, clean_db, monkeypatch, tmp_path):
+NO_JOB = "00000000-0000-0000-0000-00000000beef"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("tenants", "keys", "list", "nobody"), "no tenant named 'nobody'"),
+        (("tenants", "set-retention", "nobody", "30"), "no tenant named 'nobody'"),
+        (("jobs", "show", NO_JOB), f"no job {NO_JOB}"),
+        (("jobs", "list", "--tenant", "nobody"), "no tenant named 'nobody'"),
+        (("reviews", "show", NO_JOB), NO_JOB),
+        (("usage", "--from", "2026-13-01"), "not a date"),
+    ],
+)
+def test_stage_mode_reports_a_refusal_like_local_mode(args, says, function, clean_db, monkeypatch, tmp_path):
     monkeypatch.setenv("DATABASE_URL", clean_db)
 
-    there = stage_cli(function.url, "tenants", "keys", "list", "nobody")
-    here = CliRunner().invoke(app, ["tenants", "keys", "list", "nobody", "--data-dir", str(tmp_path)])
+    there = stage_cli(function.url, *args)
+    here = CliRunner().invoke(app, [*args, "--data-dir", str(tmp_path)], env={"COLUMNS": "200"})
 
     assert there.exit_code == here.exit_code == 2
     assert there.output == here.output
-    assert "no tenant named 'nobody'" in there.output
+    assert says in there.output
 
 
 def test_stage_mode_refuses_bad_options_before_sending_anything(function, clean_db):
