@@ -355,3 +355,28 @@ def test_a_stage_without_an_ops_stack_is_a_clear_exit_1(local_aws):
 
     assert result.exit_code == 1
     assert "Tollgate-nowhere-Ops" in result.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("tenants", "keys", "list", "acme"),
+        ("usage", "--tenant", "acme", "--from", "2026-01-01", "--to", "2026-01-31", "--json"),
+        ("usage", "--from", "2026-01-01", "--to", "2026-01-31"),
+        ("jobs", "list", "--tenant", "acme", "--output", "json"),
+        ("reviews", "list", "--json"),
+    ],
+)
+def test_stage_mode_prints_what_local_mode_prints(args, deps, function, clean_db, monkeypatch, tmp_path):
+    from tollgate.core.clock import new_id
+    from tollgate.tenants.keys import create_key, create_tenant, parse_scopes
+
+    tenant = create_tenant(deps.db, "acme", new_id)
+    create_key(deps.db, tenant.tenant_id, new_id, scopes=parse_scopes(["jobs:read"]))
+    monkeypatch.setenv("DATABASE_URL", clean_db)
+
+    there = stage_cli(function.url, *args)
+    here = CliRunner().invoke(app, [*args, "--data-dir", str(tmp_path)], env={"COLUMNS": "200"})
+
+    assert there.exit_code == here.exit_code == 0, there.output
+    assert there.output == here.output
