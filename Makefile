@@ -18,7 +18,7 @@ PYTEST_WORKERS ?= 2
 STAGE ?= dev
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-runtime test lint unit integration infrastructure local demo chaos synth bench bench-model openapi schemas docs deploy clean
+.PHONY: help setup setup-runtime test lint unit integration infrastructure local demo chaos synth costs preflight bench bench-model openapi schemas docs deploy clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -63,6 +63,15 @@ synth: setup ## Synthesize CloudFormation templates to cdk.out/ offline, with cd
 	$(RUN) layers/build.py
 	rm -rf cdk.out
 	$(RUN) app.py -c stage=$(STAGE)
+
+# Synthesizes the stage to read what it needs (about a minute); nothing is deployed or changed.
+preflight: setup ## Check the AWS account and this machine before a deploy: says what is missing and how to fix it (STAGE=dev)
+	$(RUN) -m tollgate_dev.preflight --stage $(STAGE)
+
+# Not part of `make docs`: it synthesizes every stage (about half a minute each on a quiet machine) and needs
+# the CDK, which `tollgate docs` does not.
+costs: setup ## Regenerate README.md's idle cost table per stage from the synthesized templates
+	$(RUN) -m tollgate_dev.costs
 
 bench: setup ## Run the benchmarks; results go to bench/results/, figures to BENCHMARKS.md
 	$(RUN) -m bench.acceptance

@@ -58,7 +58,7 @@ def build_app(
     )
     database = {
         "vpc": data.vpc,
-        "database_proxy": data.database_proxy,
+        "database_endpoint": data.database_endpoint,
         "database_secret": data.database_secret,
         "database_clients": data.database_clients,
     }
@@ -88,7 +88,7 @@ def build_app(
         webhook_state_machine=delivery.state_machine,
         results_bus=results.bus,
         results_event_source=results.event_source,
-        documents_bucket=data.documents_bucket,
+        documents_bucket=data.documents_exports,
         description=f"Tollgate {config.stage}: a FIFO queue and DLQ per job type, outbox relay, scheduler",
     )
     api = ApiStack(
@@ -96,7 +96,7 @@ def build_app(
         config.stack_name("Api"),
         config=config,
         **database,
-        documents_bucket=data.documents_bucket,
+        documents_bucket=data.documents_exports,
         relay_function=pipeline.relay_function,
         webhook_state_machine=delivery.state_machine,
         description=f"Tollgate {config.stage}: public REST API, authorizer, acceptance Lambda",
@@ -106,13 +106,14 @@ def build_app(
         config.stack_name("Worker"),
         config=config,
         **database,
-        documents_bucket=data.documents_bucket,
+        documents_bucket=data.documents_exports,
         job_queues={name: pair.queue for name, pair in pipeline.job_queues.items()},
         relay_function=pipeline.relay_function,
         description=f"Tollgate {config.stage}: ECS Fargate worker, its scaling and the OpenAI key secret",
     )
     # People reach the stage's data only through this function (IAM-authenticated URL, in the VPC); it needs
-    # the database from Data, the job queues and DLQs from Pipeline and the dispatcher from Delivery.
+    # the database from Data, the job queues and DLQs from Pipeline, the dispatcher from Delivery and the
+    # usage plan tenants' keys go on from Api.
     OpsStack(
         app,
         config.stack_name("Ops"),
@@ -120,7 +121,8 @@ def build_app(
         **database,
         job_queues=pipeline.job_queues,
         webhook_state_machine=delivery.state_machine,
-        documents_bucket=data.documents_bucket,
+        documents_bucket=data.documents_exports,
+        usage_plan=api.usage_plan,
         description=f"Tollgate {config.stage}: the operations function for support and admin commands",
     )
     ObservabilityStack(
@@ -130,6 +132,7 @@ def build_app(
         rest_api=api.api,
         api_function=api.api_handler.function,
         authorizer_function=api.authorizer_handler.function,
+        scheduler_function=pipeline.scheduler.function,
         job_queues={name: pair.queue for name, pair in pipeline.job_queues.items()},
         dead_letter_queues={name: pair.dead_letters for name, pair in pipeline.job_queues.items()},
         worker_service=worker.service,

@@ -12,15 +12,16 @@ from typing import Any
 import aws_cdk as cdk
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_rds as rds
-from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from stacks.config import StageConfig, settings_environment
+from stacks.config import WAF_RATE_WINDOW_SECONDS, StageConfig, settings_environment
+from stacks.constructs.api_firewall import ApiFirewall
+from stacks.constructs.documents_access import ExportedDocumentsBucket
 from stacks.constructs.entrypoint_function import EntrypointFunction
 from stacks.constructs.lambda_packaging import DependenciesLayer, function_code
 from stacks.constructs.nag import acknowledge
@@ -64,10 +65,10 @@ class ApiStack(cdk.Stack):
         *,
         config: StageConfig,
         vpc: ec2.IVpc,
-        database_proxy: rds.IDatabaseProxy,
+        database_endpoint: str,
         database_secret: secretsmanager.ISecret,
         database_clients: ec2.ISecurityGroup,
-        documents_bucket: s3.IBucket,
+        documents_bucket: ExportedDocumentsBucket,
         relay_function: lambda_.IFunction,
         webhook_state_machine: sfn.IStateMachine,
         **kwargs: Any,
@@ -77,9 +78,11 @@ class ApiStack(cdk.Stack):
         layer = DependenciesLayer(self, "Dependencies", layer_dir=config.layer_dir).layer
         database_environment = {
             "DATABASE_SECRET_ARN": database_secret.secret_arn,
-            "DATABASE_HOST": database_proxy.endpoint,
+            "DATABASE_HOST": database_endpoint,
             # One request at a time per execution environment; RDS Proxy does the pooling across them.
             "DATABASE_POOL_SIZE": "1",
+            # Where the cluster pauses: long enough for its resume, still under the 25 s below.
+            **config.database_wait_environment(),
         }
 
         self.api_handler = EntrypointFunction(
@@ -94,7 +97,7 @@ class ApiStack(cdk.Stack):
             security_groups=[database_clients],
             environment={
                 **database_environment,
-                "DOCUMENTS_BUCKET": config.documents_bucket_name,
+                "DOCUMENTS_BUCKET": documents_bucket.bucket_name,
                 "RELAY_FUNCTION_NAME": relay_function.function_name,
                 # Replays start a new execution of the delivery on DeliveryStack's dispatcher.
                 "WEBHOOK_STATE_MACHINE_ARN": webhook_state_machine.state_machine_arn,
@@ -117,46 +120,49 @@ class ApiStack(cdk.Stack):
             vpc=vpc,
             security_groups=[database_clients],
             environment={**database_environment, **settings_environment(config.authorizer)},
-            timeout=cdk.Duration.seconds(10),
+            # A key not in its cache is looked up in PostgreSQL, which may first have to resume.
+            timeout=cdk.Duration.seconds(25 if config.auto_pause else 10),
         )
         for handler in (self.api_handler, self.authorizer_handler):
             database_secret.grant_read(handler.function)
         # The nudge invokes the unqualified name, so no version or alias (and no ARN wildcard) is granted.
         relay_function.grant_invoke_latest_version(self.api_handler.function)
         webhook_state_machine.grant_start_execution(self.api_handler.function)
-        self._grant_documents(config, documents_bucket)
+        self._grant_documents(documents_bucket)
 
-        self.api = self._rest_api(config)
+        self.access_logs = logs.LogGroup(
+            self,
+            "AccessLogs",
+            retention=config.log_retention_days,
+            removal_policy=config.cdk_removal_policy,
+        )
+        self.api = rest_api(self, config, self.access_logs)
         self.usage_plan = self._usage_plan(config)
         ProblemGatewayResponses(self, "Problems", api=self.api)
         self._routes(config)
-        self._acknowledge_api_findings()
+        self.firewall = api_firewall(self, config, self.api)
+        self._acknowledge_api_findings(config)
 
         cdk.CfnOutput(self, "ApiUrl", value=self.api.url)
         # Tenant provisioning attaches each tenant's usage identifier key to this plan.
         cdk.CfnOutput(self, "UsagePlanId", value=self.usage_plan.usage_plan_id)
 
-    def _grant_documents(self, config: StageConfig, documents_bucket: s3.IBucket) -> None:
+    def grant_tenant_provisioning(self, grantee: iam.IGrantable) -> iam.Grant:
+        """What `tollgate tenants create|sync-usage-keys` need to put tenants' keys on this stage's plan."""
+        return grant_usage_keys(grantee, self.usage_plan)
+
+    def _grant_documents(self, documents_bucket: ExportedDocumentsBucket) -> None:
         """Read and put (never delete) tenants' documents, with the bucket key's encrypt/decrypt."""
-        # The same bucket, referred to by its deterministic name: its ARN in this stack's policy is then
-        # built from local pseudo parameters, not from a cross-stack output whose name CDK derives from a
-        # hash. cdk-nag identifies each wildcard finding by that rendered ARN, so only a stable rendering
-        # can carry a precise acknowledgement.
-        documents = s3.Bucket.from_bucket_attributes(
-            self,
-            "DocumentsBucket",
-            bucket_name=config.documents_bucket_name,
-            encryption_key=documents_bucket.encryption_key,
-        )
+        # Imported from DataStack's exports, so CloudFormation tracks this stack's use of the bucket; cdk-nag
+        # renders the imported ARN with the export's fixed name, which keeps the acknowledgements precise.
+        documents = documents_bucket.imported(self, "DocumentsBucket")
         function = self.api_handler.function
         documents.grant_read(function)
         documents.grant_put(function)
 
         role = function.role
         assert role is not None
-        # The bucket's object ARN as cdk-nag renders it: pseudo parameters appear as <AWS::...>.
-        bucket_name = config.documents_bucket_name_in("<AWS::AccountId>", "<AWS::Region>")
-        objects = f"arn:<AWS::Partition>:s3:::{bucket_name}/*"
+        objects = f"{documents_bucket.nag_bucket_arn}/*"
         same_bucket = "and the statement names only this stage's documents bucket."
         wildcard_reasons = {
             f"Resource::{objects}": (
@@ -177,36 +183,8 @@ class ApiStack(cdk.Stack):
         for finding, reason in wildcard_reasons.items():
             acknowledge(role, f"AwsSolutions-IAM5[{finding}]", reason)
 
-    def _rest_api(self, config: StageConfig) -> apigw.RestApi:
-        self.access_logs = logs.LogGroup(
-            self,
-            "AccessLogs",
-            retention=config.log_retention_days,
-            removal_policy=config.cdk_removal_policy,
-        )
-        return apigw.RestApi(
-            self,
-            "Api",
-            rest_api_name=f"tollgate-{config.stage}",
-            description="Tollgate: asynchronous, rate-limited LLM extraction jobs",
-            endpoint_types=[apigw.EndpointType.REGIONAL],
-            # The authorizer names the tenant's usage-plan key (usageIdentifierKey), so tenants send one
-            # credential, not two; it takes effect where a method requires a key (enforce_usage_plan).
-            api_key_source_type=apigw.ApiKeySourceType.AUTHORIZER,
-            cloud_watch_role=False,
-            deploy_options=apigw.StageOptions(
-                stage_name=STAGE_NAME,
-                access_log_destination=apigw.LogGroupLogDestination(self.access_logs),
-                access_log_format=apigw.AccessLogFormat.custom(json.dumps(ACCESS_LOG_FIELDS)),
-                tracing_enabled=True,
-                metrics_enabled=True,
-                throttling_rate_limit=config.api_throttle_rate,
-                throttling_burst_limit=config.api_throttle_burst,
-            ),
-        )
-
-    def _acknowledge_api_findings(self) -> None:
-        acknowledgements = {
+    def _acknowledge_api_findings(self, config: StageConfig) -> None:
+        acknowledgements: dict[str, str] = {
             "AwsSolutions-COG4": (
                 "Tenants are machines, not users: they authenticate with API keys checked by the Lambda "
                 "TOKEN authorizer against hashed keys in PostgreSQL, so there is no Cognito user pool."
@@ -216,17 +194,19 @@ class ApiStack(cdk.Stack):
                 "every rejection with the documented problem+json type; gateway-level validation would "
                 "answer the same mistakes with a different, undocumented body."
             ),
-            "AwsSolutions-APIG6": (
-                "Execution logging needs the account-wide API Gateway CloudWatch role "
-                "(AWS::ApiGateway::Account), a singleton a per-stage stack must not own. The stage has "
-                "access logs with authorizer and integration status and error fields, plus X-Ray tracing."
-            ),
-            "AwsSolutions-APIG3": (
-                "No WAF web ACL yet: the API is protected by the key authorizer and stage throttling (and "
-                "per-tenant usage plans once enforce_usage_plan is on). A web ACL, with the body-size rule "
-                "relaxed for inline documents up to MAX_DOCUMENT_BYTES, is follow-up work."
-            ),
         }
+        if not config.waf_enabled:
+            per_tenant = (
+                ", and each tenant is throttled and capped by its usage-plan key"
+                if config.enforce_usage_plan
+                else ""
+            )
+            acknowledgements["AwsSolutions-APIG3"] = (
+                "This stage runs without a WAF web ACL (waf_enabled false in cdk.json, to save its cost "
+                "where no tenant's traffic arrives): keys are checked by the authorizer and the stage "
+                f"throttles{per_tenant}. Stages that face tenants set waf_enabled, which adds the web ACL "
+                "with a rate limit per source address."
+            )
         for rule, reason in acknowledgements.items():
             acknowledge(self.api, rule, reason)
 
@@ -285,3 +265,98 @@ class ApiStack(cdk.Stack):
             "GET /openapi.json serves the public description of the API so clients can generate code; "
             "the API Lambda renders it from its route definitions and reads no tenant data for it.",
         )
+
+
+def rest_api(scope: Construct, config: StageConfig, access_logs: logs.ILogGroup) -> apigw.RestApi:
+    """The REST API and its stage: access logs, execution logs of errors, X-Ray, stage throttling.
+
+    Both kinds of log need the account's API Gateway CloudWatch role; with ``api_gateway_cloudwatch_role`` the
+    API creates it and sets it on the account (retained on delete, since other stages of the account and
+    region log through the same setting), and the stage waits for that setting, so a first deploy in a fresh
+    account does not fail on it.
+    """
+    owns_role = config.api_gateway_cloudwatch_role
+    api = apigw.RestApi(
+        scope,
+        "Api",
+        rest_api_name=f"tollgate-{config.stage}",
+        description="Tollgate: asynchronous, rate-limited LLM extraction jobs",
+        endpoint_types=[apigw.EndpointType.REGIONAL],
+        # The authorizer names the tenant's usage-plan key (usageIdentifierKey), so tenants send one
+        # credential, not two; it takes effect where a method requires a key (enforce_usage_plan).
+        api_key_source_type=apigw.ApiKeySourceType.AUTHORIZER,
+        cloud_watch_role=owns_role,
+        cloud_watch_role_removal_policy=cdk.RemovalPolicy.RETAIN if owns_role else None,
+        deploy_options=apigw.StageOptions(
+            stage_name=STAGE_NAME,
+            access_log_destination=apigw.LogGroupLogDestination(access_logs),
+            access_log_format=apigw.AccessLogFormat.custom(json.dumps(ACCESS_LOG_FIELDS)),
+            # Errors only, and never request or response bodies: those carry tenants' documents and results.
+            logging_level=apigw.MethodLoggingLevel.ERROR,
+            data_trace_enabled=False,
+            tracing_enabled=True,
+            metrics_enabled=True,
+            throttling_rate_limit=config.api_throttle_rate,
+            throttling_burst_limit=config.api_throttle_burst,
+        ),
+    )
+    # API Gateway would create the execution log group itself on the first error, kept forever; created
+    # here first, it has the stage's retention.
+    execution_logs = logs.LogGroup(
+        scope,
+        "ExecutionLogs",
+        log_group_name=f"API-Gateway-Execution-Logs_{api.rest_api_id}/{STAGE_NAME}",
+        retention=config.log_retention_days,
+        removal_policy=config.cdk_removal_policy,
+    )
+    api.deployment_stage.node.add_dependency(execution_logs)
+    if owns_role:
+        role = api.node.find_child("CloudWatchRole")
+        acknowledge(
+            role,
+            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+            "AmazonAPIGatewayPushToCloudWatchLogs]",
+            "The service role API Gateway documents for its account logging setting; AWS maintains the "
+            "policy as the service's logging needs change, and only apigateway.amazonaws.com can assume it.",
+        )
+    return api
+
+
+def api_firewall(scope: Construct, config: StageConfig, api: apigw.RestApi) -> ApiFirewall | None:
+    """The stage's web ACL when ``waf_enabled``; None otherwise."""
+    if not config.waf_enabled:
+        return None
+    return ApiFirewall(
+        scope,
+        "Firewall",
+        stage=api.deployment_stage,
+        name=f"tollgate-{config.stage}-api",
+        rate_limit=config.waf_rate_limit,
+        window_seconds=WAF_RATE_WINDOW_SECONDS,
+    )
+
+
+def grant_usage_keys(grantee: iam.IGrantable, usage_plan: apigw.IUsagePlan) -> iam.Grant:
+    """Find and make API keys (GET, POST /apikeys) and add them to ``usage_plan`` (POST on its /keys) only.
+
+    API keys have no ARN of their own before they exist, and none of these calls names another plan.
+    """
+    scope = usage_plan
+
+    def arn(path: str) -> str:
+        return cdk.Arn.format(
+            cdk.ArnComponents(
+                service="apigateway", account="", resource=path, arn_format=cdk.ArnFormat.NO_RESOURCE_NAME
+            ),
+            cdk.Stack.of(scope),
+        )
+
+    api_keys = iam.Grant.add_to_principal(
+        grantee=grantee, actions=["apigateway:GET", "apigateway:POST"], resource_arns=[arn("/apikeys")]
+    )
+    plan_keys = iam.Grant.add_to_principal(
+        grantee=grantee,
+        actions=["apigateway:POST"],
+        resource_arns=[arn(f"/usageplans/{usage_plan.usage_plan_id}/keys")],
+    )
+    return api_keys.combine(plan_keys)

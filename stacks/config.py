@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_events as events
 from aws_cdk import aws_logs as logs
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 from pydantic_settings import BaseSettings
@@ -147,8 +149,25 @@ WebhookLimits = _settings_section(
 ``WebhookAttemptSettings``. Not ``webhooks_allow_private_targets``: it exists only to run the dispatcher
 locally, and a deployed stage keeps its default."""
 
+# The window of the web ACL's rate rule (waf_rate_limit counts requests in it).
+WAF_RATE_WINDOW_SECONDS = 300
+
 # What one webhook attempt does besides sending: load the delivery, record the outcome (through RDS Proxy).
 WEBHOOK_ATTEMPT_DATABASE_SECONDS = 15
+
+# How long a jobs-queue message may wait for a worker service scaled to zero: the queue-depth alarm, the
+# scaling action and a Fargate task's start take a few minutes, but SQS publishes no metrics for a queue idle
+# for six hours and its first ones after that can come up to about 15 minutes late.
+WORKER_COLD_START_SECONDS = 1200
+
+# Longest wait for a PostgreSQL connection in a stage whose cluster pauses: Aurora's resume takes about
+# 15 s, and the API must still answer within API Gateway's 29 s.
+RESUMING_DATABASE_WAIT_SECONDS = 20
+
+# In a stage whose cluster pauses, PostgreSQL closes sessions idle this long (idle_session_timeout): a warm
+# Lambda environment's pooled connection would otherwise keep the cluster awake for as long as the
+# environment lives. Pools check a connection before lending it, so a closed one is simply replaced.
+IDLE_SESSION_TIMEOUT_SECONDS = 60
 
 # ECS sends SIGTERM, then SIGKILL this much later; Fargate allows no more.
 WORKER_STOP_TIMEOUT_SECONDS = 120
@@ -177,7 +196,9 @@ class WorkerTierService(BaseModel):
         description="Attempts one task of the tier's service runs at once; 0: the tier gets no service and "
         "the normal service runs its jobs.",
     )
-    min_tasks: int = Field(default=1, ge=1, description="Scaling minimum of the tier's service.")
+    min_tasks: int = Field(
+        default=1, ge=0, description="Scaling minimum of the tier's service; 0 as for worker_min_tasks."
+    )
     max_tasks: int = Field(default=2, ge=1, le=100, description="Scaling ceiling of the tier's service.")
     claim_idle_seconds: float | None = Field(
         default=None,
@@ -243,8 +264,64 @@ class StageConfig(BaseModel):
         ),
     )
 
-    aurora_min_acu: float = Field(default=0.5, ge=0, le=256)
+    aurora_min_acu: float = Field(
+        default=0.5,
+        ge=0,
+        le=256,
+        description=(
+            "Aurora Serverless v2 floor. 0 lets the cluster pause after aurora_auto_pause_seconds without "
+            "connections (no capacity charge while paused); the first connection after a pause waits about "
+            "15 s for the resume."
+        ),
+    )
     aurora_max_acu: float = Field(default=4, ge=1, le=256)
+    aurora_auto_pause_seconds: int = Field(
+        default=300,
+        ge=300,
+        le=86_400,
+        description=(
+            "With aurora_min_acu 0: seconds without connections before Aurora pauses (AWS allows 300 to "
+            "86,400). Ignored otherwise."
+        ),
+    )
+    database_proxy: bool = Field(
+        default=True,
+        description=(
+            "Put RDS Proxy in front of Aurora (billed for at least 8 ACUs with Serverless v2, about $88 a "
+            "month). Off: every client connects to the cluster's writer endpoint, each Lambda environment "
+            "with one connection, so the stage's concurrency must stay well under Aurora's max_connections."
+        ),
+    )
+    interface_endpoints: bool = Field(
+        default=True,
+        description=(
+            "Reach AWS APIs through interface VPC endpoints (one ENI per AZ each, about $7.30 a month "
+            "per ENI). Off: no interface endpoints, and every Lambda runs in the egress subnets and reaches "
+            "AWS through the NAT gateway instead (data charged per GB). The S3 and DynamoDB gateway "
+            "endpoints are free and stay either way."
+        ),
+    )
+    tick_minutes: int = Field(
+        default=1,
+        ge=1,
+        le=60,
+        description=(
+            "Minutes between the outbox relay's sweeps and the scheduler's ticks, and the period of the "
+            "scheduler's gauges in alarms and scaling. Each tick connects to PostgreSQL, so with "
+            "aurora_min_acu 0 the cluster can only pause if ticks are further apart than the pause delay. "
+            "Longer ticks delay what only the scheduler does: reaping a dead worker's leases, deadlines, "
+            "restarting stalled deliveries, and the sweep's pick-up of an event whose nudge was lost. A "
+            "divisor of 60, so both schedules fire at the same minutes of the hour and wake the cluster once."
+        ),
+    )
+
+    @field_validator("tick_minutes")
+    @classmethod
+    def _divides_the_hour(cls, value: int) -> int:
+        if 60 % value:
+            raise ValueError("tick_minutes must divide 60 (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30 or 60)")
+        return value
+
     aurora_readers: int = Field(default=0, ge=0, le=2, description="Serverless v2 readers for failover.")
     backup_retention_days: int = Field(default=7, ge=1, le=35)
     iam_database_authentication: bool = True
@@ -255,11 +332,38 @@ class StageConfig(BaseModel):
     usage_plan_burst: int = Field(default=20, ge=1)
     usage_plan_daily_quota: int = Field(default=50_000, ge=1, description="Requests per tenant per day.")
     enforce_usage_plan: bool = Field(
+        default=True,
+        description=(
+            "Require a usage-plan key on authorized routes, so API Gateway meters, throttles and caps each "
+            "tenant by the usage plan. The authorizer names the tenant's key (usageIdentifierKey) and "
+            "`tollgate tenants create` adds it to the plan; a tenant without one (created before migration "
+            "0018, until `tollgate tenants sync-usage-keys` runs) is answered 403."
+        ),
+    )
+    api_gateway_cloudwatch_role: bool = Field(
+        default=True,
+        description=(
+            "Create the API Gateway CloudWatch role and set it on the account (AWS::ApiGateway::Account), "
+            "which access and execution logging need. It is one setting per account and region: let one "
+            "stage per account and region own it and set false on the others. Both are retained when the "
+            "stack is deleted or the setting turned off, so other stages' logging keeps working."
+        ),
+    )
+    waf_enabled: bool = Field(
         default=False,
         description=(
-            "Require a usage-plan key on authorized routes. Turn on only once the authorizer returns "
-            "usageIdentifierKey and tenant provisioning adds each tenant's key to the plan: until then "
-            "API Gateway would answer every authorized call with 403."
+            "Put a WAFv2 web ACL in front of the REST API stage: a rate limit per source address (blocks a "
+            "flood of wrong keys before the authorizer runs) and AWS's common rule set."
+        ),
+    )
+    waf_rate_limit: int = Field(
+        default=6000,
+        ge=10,
+        le=2_000_000_000,
+        description=(
+            "Requests one source address may send in any five minutes before the web ACL blocks it with "
+            "429. At least a tenant's usage plan rate for five minutes, so a tenant behind one address is "
+            "limited by its plan, not by the firewall."
         ),
     )
     authorizer_cache_ttl_seconds: int = Field(
@@ -348,8 +452,12 @@ class StageConfig(BaseModel):
     worker_memory_mib: int = Field(default=1024, description="Memory of one worker task.")
     worker_min_tasks: int = Field(
         default=1,
-        ge=1,
-        description="At least one, so the jobs queue always has a consumer and its age alarm means a fault.",
+        ge=0,
+        description=(
+            "Scaling minimum of the normal worker service. 0 lets it stop when idle: a message waiting on a "
+            "jobs queue starts a task (SQS's own queue-depth metric, which exists without a worker), so "
+            "jobs_queue_age_alarm_seconds must then allow for a task's start."
+        ),
     )
     worker_max_tasks: int = Field(
         default=4,
@@ -478,6 +586,38 @@ class StageConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _firewall_above_a_tenants_plan(self) -> StageConfig:
+        if self.waf_rate_limit < self.usage_plan_rate * WAF_RATE_WINDOW_SECONDS:
+            raise ValueError(
+                "waf_rate_limit is below usage_plan_rate for five minutes: the firewall would block a tenant "
+                "sending from one address before its usage plan does"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _idle_settings_hold_together(self) -> StageConfig:
+        if self.auto_pause and self.tick_minutes * 60 <= self.database_awake_after_tick_seconds:
+            raise ValueError(
+                "aurora_min_acu 0 needs tick_minutes longer than aurora_auto_pause_seconds plus "
+                f"{IDLE_SESSION_TIMEOUT_SECONDS} s: every tick connects to the cluster, so with ticks closer "
+                "together it never pauses and bills its 0.5 ACU floor all the time"
+            )
+        if self.tick_minutes * 60 >= self.outbox_age_alarm_seconds:
+            raise ValueError(
+                "outbox_age_alarm_seconds must exceed tick_minutes: an event whose nudge was lost waits for "
+                "the next sweep, and the scheduler reports the age only once a tick"
+            )
+        if (
+            any(service.min_tasks == 0 for service in self.worker_services)
+            and self.jobs_queue_age_alarm_seconds < WORKER_COLD_START_SECONDS
+        ):
+            raise ValueError(
+                f"a worker service with 0 min_tasks needs jobs_queue_age_alarm_seconds >= "
+                f"{WORKER_COLD_START_SECONDS}: its first message waits for a task to be started"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _job_age_alarm_between_scaling_and_deadline(self) -> StageConfig:
         if self.eligible_job_age_alarm_seconds <= self.worker_scale_out_job_age_seconds:
             raise ValueError(
@@ -524,6 +664,49 @@ class StageConfig(BaseModel):
         return cdk.Environment(account=self.account, region=self.region)
 
     @property
+    def auto_pause(self) -> bool:
+        """Whether the Aurora cluster pauses when idle (min capacity 0)."""
+        return self.aurora_min_acu == 0
+
+    @property
+    def database_awake_after_tick_seconds(self) -> int:
+        """How long an otherwise idle cluster stays up after a tick: the tick's session is closed after
+        IDLE_SESSION_TIMEOUT_SECONDS, then Aurora waits the pause delay."""
+        return IDLE_SESSION_TIMEOUT_SECONDS + self.aurora_auto_pause_seconds
+
+    @property
+    def tick_words(self) -> str:
+        """ "every minute" or "every N minutes", for descriptions."""
+        return "every minute" if self.tick_minutes == 1 else f"every {self.tick_minutes} minutes"
+
+    @property
+    def tick_schedule(self) -> events.Schedule:
+        """Every minute, or at fixed minutes of the hour: two rules on one rate would each fire at an offset
+        of its own creation time, and two unaligned ticks would wake a pausing cluster twice per period."""
+        if self.tick_minutes == 1:
+            return events.Schedule.rate(cdk.Duration.minutes(1))
+        return events.Schedule.cron(minute=f"0/{self.tick_minutes}")
+
+    @property
+    def tick_period(self) -> cdk.Duration:
+        """The sweep's and the scheduler's schedule, and the period of the gauges the scheduler publishes."""
+        return cdk.Duration.minutes(self.tick_minutes)
+
+    @property
+    def lambda_subnet_type(self) -> ec2.SubnetType:
+        """Isolated when interface endpoints carry the Lambdas' AWS calls; behind NAT when there are none."""
+        if self.interface_endpoints:
+            return ec2.SubnetType.PRIVATE_ISOLATED
+        return ec2.SubnetType.PRIVATE_WITH_EGRESS
+
+    def database_wait_environment(self) -> dict[str, str]:
+        """DATABASE_WAIT_SECONDS for clients whose first connection may have to wait for a paused cluster to
+        resume; empty (the settings' default) when the cluster never pauses."""
+        if not self.auto_pause:
+            return {}
+        return {"DATABASE_WAIT_SECONDS": str(RESUMING_DATABASE_WAIT_SECONDS)}
+
+    @property
     def retains_data(self) -> bool:
         return self.removal_policy == "retain"
 
@@ -539,15 +722,16 @@ class StageConfig(BaseModel):
     def webhook_attempt_timeout_seconds(self) -> int:
         """The attempt Lambda's timeout: the sender's own cap, then the database work around it, so a slow
         endpoint ends as a recorded failed attempt rather than a killed invocation."""
-        return math.ceil(self.webhooks.webhook_total_timeout_seconds) + WEBHOOK_ATTEMPT_DATABASE_SECONDS
+        resume = RESUMING_DATABASE_WAIT_SECONDS if self.auto_pause else 0
+        return (
+            math.ceil(self.webhooks.webhook_total_timeout_seconds) + WEBHOOK_ATTEMPT_DATABASE_SECONDS + resume
+        )
 
     @property
     def documents_bucket_name(self) -> str:
-        """Unique per account and region; made of pseudo parameters, so it resolves inside any stack."""
-        return self.documents_bucket_name_in(cdk.Aws.ACCOUNT_ID, cdk.Aws.REGION)
-
-    def documents_bucket_name_in(self, account: str, region: str) -> str:
-        return f"tollgate-{self.stage}-documents-{account}-{region}"
+        """The documents bucket's physical name, unique per account and region, kept from its first deploy.
+        Only DataStack uses it: other stacks import the bucket from DataStack's exports."""
+        return f"tollgate-{self.stage}-documents-{cdk.Aws.ACCOUNT_ID}-{cdk.Aws.REGION}"
 
     def stack_name(self, concern: str) -> str:
         return f"Tollgate-{self.stage}-{concern}"

@@ -1,5 +1,8 @@
 """DataStack: the network and everything that keeps state (Aurora PostgreSQL, RDS Proxy, documents bucket).
 
+A stage may leave out RDS Proxy (``database_proxy``) and the interface endpoints (``interface_endpoints``);
+``database_endpoint`` is what application clients connect to either way.
+
 It also applies the SQL migrations on deploy, so a stack that depends on it finds the schema in place.
 """
 
@@ -17,8 +20,9 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
-from stacks.config import StageConfig
+from stacks.config import IDLE_SESSION_TIMEOUT_SECONDS, StageConfig
 from stacks.constructs.database_migrations import DatabaseMigrations
+from stacks.constructs.documents_access import ExportedDocumentsBucket
 from stacks.constructs.lambda_packaging import DependenciesLayer, function_code
 from stacks.constructs.nag import acknowledge
 from tollgate.scheduler.retention import ARCHIVE_PREFIX
@@ -32,6 +36,7 @@ ADMIN_USER = "tollgate_admin"
 ISOLATED = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
 EGRESS = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
 HTTPS = ec2.Port.tcp(443)
+ROTATION_PERIOD = cdk.Duration.days(30)
 
 
 class DataStack(cdk.Stack):
@@ -42,14 +47,14 @@ class DataStack(cdk.Stack):
         self.config = config
 
         self.vpc = self._network()
-        # Two client groups: application code reaches PostgreSQL only through the proxy; the migration
-        # runner alone talks to the cluster directly.
+        # Two client groups: application code reaches PostgreSQL through the proxy (or, in a stage without
+        # one, the writer endpoint); the migration runner alone always talks to the cluster directly.
         self.database_clients = ec2.SecurityGroup(
             self,
             "DatabaseClients",
             vpc=self.vpc,
             description="Tollgate compute that uses PostgreSQL through RDS Proxy",
-            # Outbound: HTTPS (below) and PostgreSQL to the proxy (added with the proxy's ingress rule).
+            # Outbound: HTTPS (below) and PostgreSQL to the proxy or cluster (added with its ingress rule).
             allow_all_outbound=False,
         )
         # HTTPS to any address: the worker calls the LLM provider's public API (its addresses are not
@@ -65,51 +70,18 @@ class DataStack(cdk.Stack):
             description="The migration runner, which connects to the Aurora writer directly",
             allow_all_outbound=True,
         )
-        proxy_security_group = ec2.SecurityGroup(
-            self, "ProxySecurityGroup", vpc=self.vpc, description="RDS Proxy in front of Aurora"
+        proxy_security_group = (
+            ec2.SecurityGroup(
+                self, "ProxySecurityGroup", vpc=self.vpc, description="RDS Proxy in front of Aurora"
+            )
+            if config.database_proxy
+            else None
         )
 
-        # Endpoints admit our own security groups only, not the whole VPC CIDR.
-        self.secrets_manager_endpoint = self.vpc.add_interface_endpoint(
-            "SecretsManager",
-            service=ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER,
-            subnets=ISOLATED,
-            open=False,
-        )
-        self.logs_endpoint = self.vpc.add_interface_endpoint(
-            "CloudWatchLogs",
-            service=ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
-            subnets=ISOLATED,
-            open=False,
-        )
-        # Traces leave isolated subnets only through an endpoint; the ECS worker's SDK needs it too.
-        self.xray_endpoint = self.vpc.add_interface_endpoint(
-            "XRay",
-            service=ec2.InterfaceVpcEndpointAwsService.XRAY,
-            subnets=ISOLATED,
-            open=False,
-        )
-        # Application traffic to AWS stays in the VPC: the Lambdas have no other route, and the worker, whose
-        # NAT route is for the LLM provider, gets these through private DNS too (no NAT data charge). The
-        # worker pulls its image (ECR API and registry; the layers themselves come through the S3 gateway),
-        # the relay sends to the jobs queue and the worker consumes it, and the API Lambda nudges the relay
-        # through Lambda's API.
-        self.application_endpoints = {
-            name: self.vpc.add_interface_endpoint(name, service=service, subnets=ISOLATED, open=False)
-            for name, service in (
-                ("EcrApi", ec2.InterfaceVpcEndpointAwsService.ECR),
-                ("EcrDocker", ec2.InterfaceVpcEndpointAwsService.ECR_DOCKER),
-                ("Sqs", ec2.InterfaceVpcEndpointAwsService.SQS),
-                ("Lambda", ec2.InterfaceVpcEndpointAwsService.LAMBDA_),
-            )
-        }
-        for endpoint in self.application_endpoints.values():
-            endpoint.connections.allow_default_port_from(self.database_clients)
-        for clients in (self.database_clients, self.migration_clients, proxy_security_group):
-            self.secrets_manager_endpoint.connections.allow_default_port_from(clients)
-        for clients in (self.database_clients, self.migration_clients):
-            self.logs_endpoint.connections.allow_default_port_from(clients)
-            self.xray_endpoint.connections.allow_default_port_from(clients)
+        self.secrets_manager_endpoint: ec2.InterfaceVpcEndpoint | None = None
+        self.application_endpoints: dict[str, ec2.InterfaceVpcEndpoint] = {}
+        if config.interface_endpoints:
+            self._interface_endpoints(proxy_security_group)
         # The workers' provider budget is in DynamoDB and every attempt touches it: keep that off the NAT.
         self.vpc.add_gateway_endpoint(
             "DynamoDb", service=ec2.GatewayVpcEndpointAwsService.DYNAMODB, subnets=[EGRESS]
@@ -131,21 +103,30 @@ class DataStack(cdk.Stack):
         assert secret is not None, "the cluster is created with a generated secret"
         self.database_secret: secretsmanager.ISecret = secret
 
-        self.database_proxy = self.database_cluster.add_proxy(
-            "Proxy",
-            vpc=self.vpc,
-            vpc_subnets=ISOLATED,
-            secrets=[self.database_secret],
-            require_tls=True,
-            # Clients log in with the secret's password (DatabaseSettings), so proxy IAM auth stays off.
-            iam_auth=False,
-            security_groups=[proxy_security_group],
-            debug_logging=False,
-        )
-        self.database_proxy.connections.allow_from(
-            self.database_clients, ec2.Port.tcp(POSTGRES_PORT), "Tollgate compute"
-        )
-        self.database_cluster.connections.allow_default_port_from(self.database_proxy, "RDS Proxy")
+        # What application clients put in DATABASE_HOST: the proxy, or without one the cluster's writer.
+        self.database_proxy: rds.DatabaseProxy | None = None
+        if proxy_security_group is not None:
+            self.database_proxy = self.database_cluster.add_proxy(
+                "Proxy",
+                vpc=self.vpc,
+                vpc_subnets=ISOLATED,
+                secrets=[self.database_secret],
+                require_tls=True,
+                # Clients log in with the secret's password (DatabaseSettings), so proxy IAM auth stays off.
+                iam_auth=False,
+                security_groups=[proxy_security_group],
+                debug_logging=False,
+            )
+            self.database_proxy.connections.allow_from(
+                self.database_clients, ec2.Port.tcp(POSTGRES_PORT), "Tollgate compute"
+            )
+            self.database_cluster.connections.allow_default_port_from(self.database_proxy, "RDS Proxy")
+            self.database_endpoint: str = self.database_proxy.endpoint
+        else:
+            self.database_cluster.connections.allow_from(
+                self.database_clients, ec2.Port.tcp(POSTGRES_PORT), "Tollgate compute"
+            )
+            self.database_endpoint = self.database_cluster.cluster_endpoint.hostname
         self.database_cluster.connections.allow_default_port_from(self.migration_clients, "Migrations")
 
         self.migrations = DatabaseMigrations(
@@ -159,8 +140,60 @@ class DataStack(cdk.Stack):
             cluster=self.database_cluster,
         )
 
-        cdk.CfnOutput(self, "DocumentsBucketName", value=self.documents_bucket.bucket_name)
-        cdk.CfnOutput(self, "DatabaseProxyEndpoint", value=self.database_proxy.endpoint)
+        # Other stacks import these (their grants and DOCUMENTS_BUCKET), so CloudFormation tracks the use.
+        self.documents_exports = ExportedDocumentsBucket.export(self.documents_bucket, self.documents_key)
+        cdk.CfnOutput(
+            self,
+            "DatabaseProxyEndpoint" if self.database_proxy is not None else "DatabaseEndpoint",
+            value=self.database_endpoint,
+        )
+
+    def _interface_endpoints(self, proxy_security_group: ec2.SecurityGroup | None) -> None:
+        """AWS APIs inside the VPC, for a stage whose Lambdas live in isolated subnets (interface_endpoints).
+
+        Endpoints admit our own security groups only, not the whole VPC CIDR.
+        """
+        self.secrets_manager_endpoint = self.vpc.add_interface_endpoint(
+            "SecretsManager",
+            service=ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER,
+            subnets=ISOLATED,
+            open=False,
+        )
+        logs_endpoint = self.vpc.add_interface_endpoint(
+            "CloudWatchLogs",
+            service=ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
+            subnets=ISOLATED,
+            open=False,
+        )
+        # Traces leave isolated subnets only through an endpoint; the ECS worker's SDK needs it too.
+        xray_endpoint = self.vpc.add_interface_endpoint(
+            "XRay",
+            service=ec2.InterfaceVpcEndpointAwsService.XRAY,
+            subnets=ISOLATED,
+            open=False,
+        )
+        # Application traffic to AWS stays in the VPC: the Lambdas have no other route, and the worker, whose
+        # NAT route is for the LLM provider, gets these through private DNS too (no NAT data charge). The
+        # worker pulls its image (ECR API and registry; the layers themselves come through the S3 gateway),
+        # the relay sends to the jobs queue and the worker consumes it, and the API Lambda nudges the relay
+        # through Lambda's API.
+        self.application_endpoints = {
+            name: self.vpc.add_interface_endpoint(name, service=service, subnets=ISOLATED, open=False)
+            for name, service in (
+                ("EcrApi", ec2.InterfaceVpcEndpointAwsService.ECR),
+                ("EcrDocker", ec2.InterfaceVpcEndpointAwsService.ECR_DOCKER),
+                ("Sqs", ec2.InterfaceVpcEndpointAwsService.SQS),
+                ("Lambda", ec2.InterfaceVpcEndpointAwsService.LAMBDA_),
+            )
+        }
+        for endpoint in self.application_endpoints.values():
+            endpoint.connections.allow_default_port_from(self.database_clients)
+        clients = [self.database_clients, self.migration_clients]
+        for group in [*clients, *([proxy_security_group] if proxy_security_group else [])]:
+            self.secrets_manager_endpoint.connections.allow_default_port_from(group)
+        for group in clients:
+            logs_endpoint.connections.allow_default_port_from(group)
+            xray_endpoint.connections.allow_default_port_from(group)
 
     def _network(self) -> ec2.Vpc:
         """Isolated subnets for the database, the proxy, the endpoints and every Lambda; egress subnets behind
@@ -195,6 +228,9 @@ class DataStack(cdk.Stack):
 
     def _storage(self) -> tuple[s3.Bucket, kms.Key, s3.Bucket]:
         removal_policy = self.config.cdk_removal_policy
+        # CloudFormation cannot delete a bucket that holds objects (or old versions), so a stage that is
+        # destroyed with its data empties both buckets first; a stage that retains data never deletes them.
+        empty_on_destroy = not self.config.retains_data
         # Old versions outlive any job that may still read them (its deadline) plus a week for support
         # redrives; at least 30 days.
         max_deadline_days = math.ceil(self.config.jobs.max_deadline_seconds / 86_400)
@@ -209,6 +245,7 @@ class DataStack(cdk.Stack):
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             lifecycle_rules=[s3.LifecycleRule(expiration=cdk.Duration.days(365))],
             removal_policy=removal_policy,
+            auto_delete_objects=empty_on_destroy,
         )
         key = kms.Key(
             self,
@@ -220,7 +257,8 @@ class DataStack(cdk.Stack):
         documents = s3.Bucket(
             self,
             "Documents",
-            # Named so other stacks can refer to it without a cross-stack token (see ApiStack).
+            # Its deployed name, kept so the bucket is never replaced; other stacks import its name and key
+            # through this stack's exports (DocumentsExports), never by rebuilding the name.
             bucket_name=self.config.documents_bucket_name,
             encryption=s3.BucketEncryption.KMS,
             encryption_key=key,
@@ -257,6 +295,7 @@ class DataStack(cdk.Stack):
                 ),
             ],
             removal_policy=removal_policy,
+            auto_delete_objects=empty_on_destroy,
         )
         return access_logs, key, documents
 
@@ -272,6 +311,11 @@ class DataStack(cdk.Stack):
             retention=config.log_retention_days,
             removal_policy=config.cdk_removal_policy,
         )
+        parameters = {"rds.force_ssl": "1"}
+        if config.auto_pause:
+            # A warm Lambda environment keeps its pooled connection open while it lives, and any open
+            # connection keeps the cluster from pausing; the server closes idle ones instead (milliseconds).
+            parameters["idle_session_timeout"] = str(IDLE_SESSION_TIMEOUT_SECONDS * 1000)
         readers = [
             rds.ClusterInstance.serverless_v2(f"reader{index}", scale_with_writer=True)
             for index in range(1, config.aurora_readers + 1)
@@ -285,6 +329,9 @@ class DataStack(cdk.Stack):
             readers=readers,
             serverless_v2_min_capacity=config.aurora_min_acu,
             serverless_v2_max_capacity=config.aurora_max_acu,
+            serverless_v2_auto_pause_duration=(
+                cdk.Duration.seconds(config.aurora_auto_pause_seconds) if config.auto_pause else None
+            ),
             vpc=self.vpc,
             vpc_subnets=ISOLATED,
             port=POSTGRES_PORT,
@@ -292,7 +339,7 @@ class DataStack(cdk.Stack):
             credentials=rds.Credentials.from_generated_secret(ADMIN_USER),
             storage_encrypted=True,
             iam_authentication=config.iam_database_authentication,
-            parameters={"rds.force_ssl": "1"},
+            parameters=parameters,
             backup=rds.BackupProps(retention=cdk.Duration.days(config.backup_retention_days)),
             deletion_protection=config.retains_data,
             copy_tags_to_snapshot=True,
@@ -309,9 +356,51 @@ class DataStack(cdk.Stack):
                 "snapshotted on delete. Stages with removal_policy=retain (prod) turn deletion protection "
                 "on.",
             )
-        cluster.add_rotation_single_user(
-            automatically_after=cdk.Duration.days(30),
-            endpoint=self.secrets_manager_endpoint,
-            vpc_subnets=ISOLATED,
+        self.rotation_clients = rotate_master_secret(
+            cluster, vpc=self.vpc, secrets_manager_endpoint=self.secrets_manager_endpoint
         )
         return cluster
+
+
+def rotate_master_secret(
+    cluster: rds.DatabaseCluster,
+    *,
+    vpc: ec2.IVpc,
+    secrets_manager_endpoint: ec2.IInterfaceVpcEndpoint | None,
+    every: cdk.Duration = ROTATION_PERIOD,
+) -> ec2.SecurityGroup:
+    """Rotate the cluster's master secret with AWS's single-user rotation function, placed where it can reach
+    both the cluster and Secrets Manager; returns the function's security group.
+
+    The function calls Secrets Manager's API (get, put, describe the secret) and connects to PostgreSQL. With
+    an interface endpoint it runs in the endpoint's subnets and the endpoint admits its security group; a
+    stage without interface endpoints puts it in the egress subnets, where Secrets Manager's public endpoint
+    is reached through NAT. Either way nothing else is open to it.
+    """
+    scope = cluster.stack
+    rotation_clients = ec2.SecurityGroup(
+        scope,
+        "SecretRotationClients",
+        vpc=vpc,
+        description="Master secret rotation: PostgreSQL to the cluster, HTTPS to Secrets Manager",
+        allow_all_outbound=False,
+    )
+    if secrets_manager_endpoint is not None:
+        # Adds the endpoint's ingress on 443 from this group and this group's egress to the endpoint's.
+        secrets_manager_endpoint.connections.allow_default_port_from(rotation_clients, "Secret rotation")
+        subnets = ISOLATED
+    else:
+        rotation_clients.add_egress_rule(
+            ec2.Peer.any_ipv4(), HTTPS, "Secrets Manager's public endpoint, through NAT"
+        )
+        subnets = EGRESS
+    # The rotation adds the cluster's ingress on 5432 from this group (and this group's egress to it). It is
+    # not given the endpoint: the function then calls secretsmanager.<region>.amazonaws.com, which the
+    # endpoint's private DNS answers inside the VPC (and NAT outside it), rather than a hostname CDK derives
+    # from the endpoint's id.
+    cluster.add_rotation_single_user(
+        automatically_after=every,
+        vpc_subnets=subnets,
+        security_group=rotation_clients,
+    )
+    return rotation_clients

@@ -14,7 +14,6 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_rds as rds
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
@@ -43,7 +42,7 @@ class DeliveryStack(cdk.Stack):
         *,
         config: StageConfig,
         vpc: ec2.IVpc,
-        database_proxy: rds.IDatabaseProxy,
+        database_endpoint: str,
         database_secret: secretsmanager.ISecret,
         database_clients: ec2.ISecurityGroup,
         **kwargs: Any,
@@ -51,9 +50,14 @@ class DeliveryStack(cdk.Stack):
         super().__init__(scope, construct_id, env=config.environment, **kwargs)
         self.config = config
 
-        self.attempt = self._attempt_function(config, vpc, database_proxy, database_secret, database_clients)
+        self.attempt = self._attempt_function(
+            config, vpc, database_endpoint, database_secret, database_clients
+        )
         self.state_machine = self._dispatcher(config)
-        self.start_endpoint = self._start_endpoint(vpc, database_clients)
+        # Without interface endpoints (stage config) the relay and the API reach Step Functions through NAT.
+        self.start_endpoint = (
+            self._start_endpoint(vpc, database_clients) if config.interface_endpoints else None
+        )
 
         cdk.CfnOutput(self, "DispatcherArn", value=self.state_machine.state_machine_arn)
         cdk.CfnOutput(self, "AttemptFunctionName", value=self.attempt.function.function_name)
@@ -62,7 +66,7 @@ class DeliveryStack(cdk.Stack):
         self,
         config: StageConfig,
         vpc: ec2.IVpc,
-        database_proxy: rds.IDatabaseProxy,
+        database_endpoint: str,
         database_secret: secretsmanager.ISecret,
         database_clients: ec2.ISecurityGroup,
     ) -> EntrypointFunction:
@@ -94,9 +98,10 @@ class DeliveryStack(cdk.Stack):
             security_groups=[database_clients, self.receivers],
             environment={
                 "DATABASE_SECRET_ARN": database_secret.secret_arn,
-                "DATABASE_HOST": database_proxy.endpoint,
+                "DATABASE_HOST": database_endpoint,
                 # One attempt per execution environment; RDS Proxy does the pooling across them.
                 "DATABASE_POOL_SIZE": "1",
+                **config.database_wait_environment(),
                 **settings_environment(config.webhooks),
             },
             # Above the sender's own total cap plus the database work around it, so a slow receiver ends

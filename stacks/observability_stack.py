@@ -82,6 +82,7 @@ class ObservabilityStack(cdk.Stack):
         rest_api: apigw.RestApi,
         api_function: lambda_.IFunction,
         authorizer_function: lambda_.IFunction,
+        scheduler_function: lambda_.IFunction,
         job_queues: Mapping[str, sqs.IQueue],
         dead_letter_queues: Mapping[str, sqs.IQueue],
         worker_service: ecs.IBaseService,
@@ -129,7 +130,7 @@ class ObservabilityStack(cdk.Stack):
         )
 
         self._api_alarms(rest_api)
-        pipeline = self._pipeline_alarms(config, job_queues, dead_letter_queues)
+        pipeline = self._pipeline_alarms(config, scheduler_function, job_queues, dead_letter_queues)
         execution = self._jobs_alarms(config)
         delivery = self._delivery_alarms(config, webhook_state_machine)
         review = self._review_alarms(config)
@@ -198,24 +199,38 @@ class ObservabilityStack(cdk.Stack):
     def _pipeline_alarms(
         self,
         config: StageConfig,
+        scheduler_function: lambda_.IFunction,
         job_queues: Mapping[str, sqs.IQueue],
         dead_letter_queues: Mapping[str, sqs.IQueue],
     ) -> dict[str, cloudwatch.Alarm]:
-        """The outbox's age, and for each job type its queue's age (``queue_age:<type>``) and its DLQ's depth
-        (``dead_letters:<type>``)."""
+        """The outbox's age, the scheduler's failures, and for each job type its queue's age
+        (``queue_age:<type>``) and its DLQ's depth (``dead_letters:<type>``)."""
         alarms = {
             "outbox_age": self._alarm(
                 "OutboxAge",
                 description=(
                     f"Committed events wait more than {config.outbox_age_alarm_seconds} s for the outbox "
-                    "relay. No data also alarms: the scheduler publishes this every minute, so silence means "
-                    "it is down."
+                    "relay. No data does not alarm: the gauge is absent until the scheduler's first tick "
+                    "after a deploy, and a failing scheduler raises SchedulerErrors."
                 ),
-                metric=scheduler_metric(OLDEST_UNPUBLISHED_OUTBOX_AGE),
+                metric=scheduler_metric(OLDEST_UNPUBLISHED_OUTBOX_AGE, period=self.config.tick_period),
                 threshold=config.outbox_age_alarm_seconds,
                 evaluation_periods=GAUGE_PERIODS,
-                missing=cloudwatch.TreatMissingData.BREACHING,
-            )
+            ),
+            # The scheduler publishes every gauge above; its failing ticks are what silences them, and Lambda
+            # counts those whether or not the tick got as far as publishing.
+            "scheduler_errors": self._alarm(
+                "SchedulerErrors",
+                description=(
+                    f"The scheduler's tick failed {GAUGE_PERIODS} minutes in a row: leases are not reaped, "
+                    "deadlines not expired, stalled deliveries not restarted, and the backlog gauges (and "
+                    "the alarms on them) go silent. Its log group holds the error; PostgreSQL or Secrets "
+                    "Manager out of reach are the usual causes."
+                ),
+                metric=scheduler_function.metric_errors(period=QUEUE_PERIOD, statistic=cloudwatch.Stats.SUM),
+                threshold=0,
+                evaluation_periods=GAUGE_PERIODS,
+            ),
         }
         # Named <alarm>-<queue> (JobsQueueAge-invoice-extraction): the runbook's entry for the alarm applies
         # to every type's.
@@ -257,9 +272,9 @@ class ObservabilityStack(cdk.Stack):
                     f"{config.worker_scale_out_job_age_seconds} s on: the service is at its ceiling of "
                     f"{config.worker_max_tasks} tasks, tasks do not start, or workers cannot claim "
                     "(database, a paused provider key, a spent provider budget). No data does not alarm: the "
-                    "outbox age alarm already reports a silent scheduler."
+                    "SchedulerErrors alarm reports a failing scheduler."
                 ),
-                metric=scheduler_metric(OLDEST_ELIGIBLE_JOB_AGE),
+                metric=scheduler_metric(OLDEST_ELIGIBLE_JOB_AGE, period=self.config.tick_period),
                 threshold=config.eligible_job_age_alarm_seconds,
                 evaluation_periods=GAUGE_PERIODS,
             ),
@@ -272,7 +287,7 @@ class ObservabilityStack(cdk.Stack):
                     "there or a change made with triggers off; the scheduler's log names the tenant. "
                     "Admission and the fair claim read these counters."
                 ),
-                metric=scheduler_metric(COUNTER_DRIFT),
+                metric=scheduler_metric(COUNTER_DRIFT, period=self.config.tick_period),
                 threshold=0,
             ),
             "worker_errors": self._alarm(
@@ -370,9 +385,9 @@ class ObservabilityStack(cdk.Stack):
                     f"A result has waited more than {config.review_age_alarm_seconds} s for a reviewer: its "
                     "invoice has not reached the tenant's ERP. `tollgate reviews list` shows the queue, "
                     "oldest first; decide with `tollgate reviews decide` or a key with the review scope. "
-                    "No data does not alarm: the outbox age alarm already reports a silent scheduler."
+                    "No data does not alarm: SchedulerErrors reports a failing scheduler."
                 ),
-                metric=scheduler_metric(OLDEST_WAITING_REVIEW_AGE),
+                metric=scheduler_metric(OLDEST_WAITING_REVIEW_AGE, period=self.config.tick_period),
                 threshold=config.review_age_alarm_seconds,
                 evaluation_periods=GAUGE_PERIODS,
             ),
@@ -437,8 +452,18 @@ class ObservabilityStack(cdk.Stack):
             "Pipeline: do accepted jobs reach the queues?",
             graph(
                 "Outbox",
-                [scheduler_metric(UNPUBLISHED_OUTBOX_EVENTS, label="Unpublished events")],
-                right=[scheduler_metric(OLDEST_UNPUBLISHED_OUTBOX_AGE, label="Oldest unpublished (s)")],
+                [
+                    scheduler_metric(
+                        UNPUBLISHED_OUTBOX_EVENTS, period=self.config.tick_period, label="Unpublished events"
+                    )
+                ],
+                right=[
+                    scheduler_metric(
+                        OLDEST_UNPUBLISHED_OUTBOX_AGE,
+                        period=self.config.tick_period,
+                        label="Oldest unpublished (s)",
+                    )
+                ],
                 right_annotations=[alarms["outbox_age"].to_annotation()],
                 width=THIRD,
             ),
@@ -490,14 +515,20 @@ class ObservabilityStack(cdk.Stack):
             graph(
                 "Backlog",
                 [
-                    scheduler_metric(RUNNABLE_JOBS, label="Runnable"),
-                    scheduler_metric(RUNNING_JOBS, label="Running"),
-                    scheduler_metric(WAITING_RETRIES, label="Waiting to retry"),
+                    scheduler_metric(RUNNABLE_JOBS, period=self.config.tick_period, label="Runnable"),
+                    scheduler_metric(RUNNING_JOBS, period=self.config.tick_period, label="Running"),
+                    scheduler_metric(
+                        WAITING_RETRIES, period=self.config.tick_period, label="Waiting to retry"
+                    ),
                 ],
             ),
             graph(
                 "Oldest eligible job (s)",
-                [scheduler_metric(OLDEST_ELIGIBLE_JOB_AGE, label="Oldest eligible")],
+                [
+                    scheduler_metric(
+                        OLDEST_ELIGIBLE_JOB_AGE, period=self.config.tick_period, label="Oldest eligible"
+                    )
+                ],
                 left_annotations=[
                     cloudwatch.HorizontalAnnotation(
                         value=config.worker_scale_out_job_age_seconds, label="Adds a task"
@@ -578,8 +609,12 @@ class ObservabilityStack(cdk.Stack):
             ),
             graph(
                 "Waiting reviews",
-                [scheduler_metric(REVIEWS_WAITING, label="Waiting")],
-                right=[scheduler_metric(OLDEST_WAITING_REVIEW_AGE, label="Oldest (s)")],
+                [scheduler_metric(REVIEWS_WAITING, period=self.config.tick_period, label="Waiting")],
+                right=[
+                    scheduler_metric(
+                        OLDEST_WAITING_REVIEW_AGE, period=self.config.tick_period, label="Oldest (s)"
+                    )
+                ],
                 right_annotations=[alarms["review_age"].to_annotation()],
                 width=QUARTER,
             ),

@@ -13,20 +13,16 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_rds as rds
-from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.config import StageConfig, settings_environment
-from stacks.constructs.documents_access import DocumentsRetentionAccess
+from stacks.constructs.documents_access import DocumentsRetentionAccess, ExportedDocumentsBucket
 from stacks.constructs.entrypoint_function import EntrypointFunction
 from stacks.constructs.job_queue import JobQueue, construct_name
 from stacks.constructs.lambda_packaging import DependenciesLayer, function_code
 from tollgate.jobtypes.registry import JOB_TYPES
-
-EVERY_MINUTE = events.Schedule.rate(cdk.Duration.minutes(1))
 
 
 class PipelineStack(cdk.Stack):
@@ -40,11 +36,11 @@ class PipelineStack(cdk.Stack):
         *,
         config: StageConfig,
         vpc: ec2.IVpc,
-        database_proxy: rds.IDatabaseProxy,
+        database_endpoint: str,
         database_secret: secretsmanager.ISecret,
         database_clients: ec2.ISecurityGroup,
         webhook_state_machine: sfn.IStateMachine,
-        documents_bucket: s3.IBucket,
+        documents_bucket: ExportedDocumentsBucket,
         results_bus: events.IEventBus,
         results_event_source: str,
         **kwargs: Any,
@@ -68,8 +64,9 @@ class PipelineStack(cdk.Stack):
         # Both functions work across tenants; DatabaseSettings' role default for them is tollgate_system.
         database_environment = {
             "DATABASE_SECRET_ARN": database_secret.secret_arn,
-            "DATABASE_HOST": database_proxy.endpoint,
+            "DATABASE_HOST": database_endpoint,
             "DATABASE_POOL_SIZE": "1",
+            **config.database_wait_environment(),
         }
 
         self.relay = EntrypointFunction(
@@ -108,7 +105,7 @@ class PipelineStack(cdk.Stack):
                 # Deliveries whose execution ended without delivering them are started again from here.
                 "WEBHOOK_STATE_MACHINE_ARN": webhook_state_machine.state_machine_arn,
                 # Retention archives finished jobs there and deletes document versions no job uses.
-                "DOCUMENTS_BUCKET": config.documents_bucket_name,
+                "DOCUMENTS_BUCKET": documents_bucket.bucket_name,
                 **settings_environment(config.retry),
                 **settings_environment(config.scheduler),
                 **settings_environment(config.retention),
@@ -127,9 +124,7 @@ class PipelineStack(cdk.Stack):
             webhook_state_machine.grant_start_execution(starter.function)
         scheduler_role = self.scheduler.function.role
         assert scheduler_role is not None
-        DocumentsRetentionAccess(
-            self, "Retention", config=config, documents_bucket=documents_bucket, role=scheduler_role
-        )
+        DocumentsRetentionAccess(self, "Retention", documents_bucket=documents_bucket, role=scheduler_role)
 
         # The support CLI's `tollgate dlq` commands read and redrive these: JOB_QUEUE_URLS and JOB_DLQ_URLS.
         cdk.CfnOutput(
@@ -167,8 +162,9 @@ class PipelineStack(cdk.Stack):
             events.Rule(
                 handler,
                 "EveryMinute",
-                description=f"Tollgate {config.stage}: {what} every minute",
-                schedule=EVERY_MINUTE,
+                description=f"Tollgate {config.stage}: {what} {config.tick_words}",
+                # Every minute unless the stage spaces ticks out so a pausing cluster can pause.
+                schedule=config.tick_schedule,
                 targets=[
                     targets.LambdaFunction(
                         handler.function, event=events.RuleTargetInput.from_object({"source": source})

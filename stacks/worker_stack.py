@@ -6,19 +6,19 @@ RDS Proxy, reads documents and calls the LLM provider. Everything it connects to
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_applicationautoscaling as appscaling
+from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_rds as rds
-from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
@@ -30,8 +30,13 @@ from stacks.config import (
     WorkerService,
     settings_environment,
 )
-from stacks.constructs.backlog_metrics import OLDEST_ELIGIBLE_JOB_AGE, RUNNABLE_JOBS, scheduler_metric
-from stacks.constructs.documents_access import DocumentsReadAccess
+from stacks.constructs.backlog_metrics import (
+    OLDEST_ELIGIBLE_JOB_AGE,
+    RUNNABLE_JOBS,
+    RUNNING_JOBS,
+    scheduler_metric,
+)
+from stacks.constructs.documents_access import DocumentsReadAccess, ExportedDocumentsBucket
 from stacks.constructs.entrypoint_function import METRICS_NAMESPACE
 from stacks.constructs.nag import acknowledge
 from stacks.constructs.service_metrics import WORKER_SERVICE
@@ -62,16 +67,17 @@ class WorkerStack(cdk.Stack):
         *,
         config: StageConfig,
         vpc: ec2.IVpc,
-        database_proxy: rds.IDatabaseProxy,
+        database_endpoint: str,
         database_secret: secretsmanager.ISecret,
         database_clients: ec2.ISecurityGroup,
-        documents_bucket: s3.IBucket,
+        documents_bucket: ExportedDocumentsBucket,
         job_queues: Mapping[str, sqs.IQueue],
         relay_function: lambda_.IFunction,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, env=config.environment, **kwargs)
         self.config = config
+        self.documents_bucket = documents_bucket
 
         self.cluster = ecs.Cluster(
             self,
@@ -126,7 +132,7 @@ class WorkerStack(cdk.Stack):
             self._tier_service(
                 config,
                 spec,
-                database_proxy=database_proxy,
+                database_endpoint=database_endpoint,
                 database_secret=database_secret,
                 database_clients=database_clients,
                 documents_bucket=documents_bucket,
@@ -152,10 +158,10 @@ class WorkerStack(cdk.Stack):
         config: StageConfig,
         spec: WorkerService,
         *,
-        database_proxy: rds.IDatabaseProxy,
+        database_endpoint: str,
         database_secret: secretsmanager.ISecret,
         database_clients: ec2.ISecurityGroup,
-        documents_bucket: s3.IBucket,
+        documents_bucket: ExportedDocumentsBucket,
         job_queues: Mapping[str, sqs.IQueue],
         relay_function: lambda_.IFunction,
     ) -> None:
@@ -184,7 +190,7 @@ class WorkerStack(cdk.Stack):
             ),
             essential=True,
             environment={
-                **self._environment(config, spec, database_proxy, database_secret, job_queues),
+                **self._environment(config, spec, database_endpoint, database_secret, job_queues),
                 # One provider budget for every task: requests/min, tokens/min and calls in flight.
                 "LIMITER_TABLE": self.limiter_table.table_name,
                 # A deployed worker refuses to start without its budget table or its provider key.
@@ -236,7 +242,8 @@ class WorkerStack(cdk.Stack):
             # Outbound only, through NAT: a task is never reachable from the internet.
             assign_public_ip=False,
             # The scaling minimum from the first deployment on; CloudFormation only sets it again when the
-            # configured minimum changes, so scaling decisions survive ordinary deployments.
+            # configured minimum changes, so scaling decisions survive ordinary deployments. A minimum of 0
+            # starts with no task: the first job's queue message starts one (_scale_out_from_zero).
             desired_count=spec.min_tasks,
             # A deployment starts new tasks before stopping old ones, so ingress never pauses.
             min_healthy_percent=100,
@@ -245,7 +252,7 @@ class WorkerStack(cdk.Stack):
             propagate_tags=ecs.PropagatedTagSource.SERVICE,
             enable_execute_command=False,
         )
-        self._scale(config, service, spec)
+        self._scale(config, service, spec, job_queues)
         self.services[spec.tier] = service
         self.task_definitions[spec.tier] = task_definition
         if spec.tier == "normal":
@@ -257,7 +264,7 @@ class WorkerStack(cdk.Stack):
         self,
         config: StageConfig,
         spec: WorkerService,
-        database_proxy: rds.IDatabaseProxy,
+        database_endpoint: str,
         database_secret: secretsmanager.ISecret,
         job_queues: Mapping[str, sqs.IQueue],
     ) -> dict[str, str]:
@@ -268,14 +275,16 @@ class WorkerStack(cdk.Stack):
             "POWERTOOLS_LOG_LEVEL": config.log_level,
             "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
             "DATABASE_SECRET_ARN": database_secret.secret_arn,
-            "DATABASE_HOST": database_proxy.endpoint,
-            # A connection per execution slot, plus ingress and the claim loop; RDS Proxy multiplexes them.
+            "DATABASE_HOST": database_endpoint,
+            # A connection per execution slot, plus ingress and the claim loop; RDS Proxy multiplexes them,
+            # and without a proxy each is a server connection (README, "What an idle stage costs").
             "DATABASE_POOL_SIZE": str(spec.execution_slots + 2),
+            **config.database_wait_environment(),
             # Every job type's queue: the worker runs a receive loop for each.
             "JOB_QUEUE_URLS": self.to_json_string(
                 {name: queue.queue_url for name, queue in job_queues.items()}
             ),
-            "DOCUMENTS_BUCKET": config.documents_bucket_name,
+            "DOCUMENTS_BUCKET": self.documents_bucket.bucket_name,
             # The completion budget acceptance estimated each job with; asking for more could overrun it.
             "MAX_OUTPUT_TOKENS": str(config.jobs.max_output_tokens),
             **settings_environment(config.retry),
@@ -294,16 +303,14 @@ class WorkerStack(cdk.Stack):
         task_definition: ecs.FargateTaskDefinition,
         prefix: str,
         database_secret: secretsmanager.ISecret,
-        documents_bucket: s3.IBucket,
+        documents_bucket: ExportedDocumentsBucket,
         job_queues: Mapping[str, sqs.IQueue],
     ) -> None:
         task_role = task_definition.task_role
         for queue in job_queues.values():
             queue.grant_consume_messages(task_role)
         database_secret.grant_read(task_role)
-        DocumentsReadAccess(
-            self, f"{prefix}Documents", config=config, documents_bucket=documents_bucket, role=task_role
-        )
+        DocumentsReadAccess(self, f"{prefix}Documents", documents_bucket=documents_bucket, role=task_role)
         execution_role = task_definition.execution_role
         assert execution_role is not None, "an asset image and an ECS secret give the task an execution role"
         acknowledge(
@@ -314,14 +321,26 @@ class WorkerStack(cdk.Stack):
             "other action appears with Resource '*'.",
         )
 
-    def _scale(self, config: StageConfig, service: ecs.FargateService, spec: WorkerService) -> None:
+    def _scale(
+        self,
+        config: StageConfig,
+        service: ecs.FargateService,
+        spec: WorkerService,
+        job_queues: Mapping[str, sqs.IQueue],
+    ) -> None:
         """Step scaling on the scheduler's gauges: backlog size adds tasks fast and idleness removes them
-        slowly; the age of the oldest eligible job adds one even when a few slow jobs make a small backlog."""
+        slowly; the age of the oldest eligible job adds one even when a few slow jobs make a small backlog.
+
+        Evaluation periods are counted in ticks (the gauges' period), so a stage that ticks less often waits
+        about as long in time. A service that may stop altogether (``min_tasks`` 0) also starts on a message
+        waiting on any jobs queue, and stops its last task only when no job is running either."""
         scaling = service.auto_scale_task_count(min_capacity=spec.min_tasks, max_capacity=spec.max_tasks)
+        tick = config.tick_period
+        runnable = scheduler_metric(RUNNABLE_JOBS, period=tick)
         backlog = config.worker_scale_out_runnable_jobs
         scaling.scale_on_metric(
             "ScaleOutOnBacklog",
-            metric=scheduler_metric(RUNNABLE_JOBS),
+            metric=runnable,
             scaling_steps=[
                 appscaling.ScalingInterval(upper=backlog, change=0),
                 appscaling.ScalingInterval(lower=backlog, change=1),
@@ -332,9 +351,19 @@ class WorkerStack(cdk.Stack):
             cooldown=cdk.Duration.minutes(2),
             evaluation_periods=1,
         )
+        idle: cloudwatch.IMetric = runnable
+        if spec.min_tasks == 0:
+            # Runnable jobs alone reach 0 while the last task still runs a job; stopping it then would hand
+            # the attempt back after the drain and retry it.
+            idle = cloudwatch.MathExpression(
+                expression="runnable + running",
+                using_metrics={"runnable": runnable, "running": scheduler_metric(RUNNING_JOBS, period=tick)},
+                period=tick,
+                label="Runnable and running jobs",
+            )
         scaling.scale_on_metric(
             "ScaleInWhenIdle",
-            metric=scheduler_metric(RUNNABLE_JOBS),
+            metric=idle,
             scaling_steps=[
                 appscaling.ScalingInterval(upper=0, change=-1),
                 appscaling.ScalingInterval(lower=0, change=0),
@@ -343,17 +372,55 @@ class WorkerStack(cdk.Stack):
             # Ten idle minutes before each step down: bursts come in waves and a stopped task takes up to
             # two minutes to drain its attempts.
             cooldown=cdk.Duration.minutes(5),
-            evaluation_periods=10,
+            evaluation_periods=_ticks(config, minutes=10),
         )
         age = config.worker_scale_out_job_age_seconds
         scaling.scale_on_metric(
             "ScaleOutOnWait",
-            metric=scheduler_metric(OLDEST_ELIGIBLE_JOB_AGE),
+            metric=scheduler_metric(OLDEST_ELIGIBLE_JOB_AGE, period=tick),
             scaling_steps=[
                 appscaling.ScalingInterval(upper=age, change=0),
                 appscaling.ScalingInterval(lower=age, change=1),
             ],
             adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
             cooldown=cdk.Duration.minutes(3),
-            evaluation_periods=2,
+            evaluation_periods=_ticks(config, minutes=2),
         )
+        if spec.min_tasks == 0:
+            self._scale_out_from_zero(scaling, job_queues)
+
+    @staticmethod
+    def _scale_out_from_zero(scaling: ecs.ScalableTaskCount, job_queues: Mapping[str, sqs.IQueue]) -> None:
+        """A task when a message waits on a jobs queue. SQS publishes its queue depth whether or not anything
+        consumes the queue, every minute, so a service at zero tasks still hears of the first job within a
+        few minutes, without waiting for the scheduler's next tick; a running worker's ingress empties the
+        queues within seconds, so this adds nothing while one runs and keeps up."""
+        waiting = {
+            f"q{index}": queue.metric_approximate_number_of_messages_visible(
+                period=cdk.Duration.minutes(1), statistic=cloudwatch.Stats.MAXIMUM
+            )
+            for index, queue in enumerate(job_queues.values())
+        }
+        scaling.scale_on_metric(
+            "ScaleOutFromZero",
+            metric=cloudwatch.MathExpression(
+                # A queue that had no message lately publishes nothing; FILL counts it as empty.
+                expression=" + ".join(f"FILL({name}, 0)" for name in waiting),
+                using_metrics=dict(waiting),
+                period=cdk.Duration.minutes(1),
+                label="Messages waiting on the jobs queues",
+            ),
+            scaling_steps=[
+                appscaling.ScalingInterval(upper=1, change=0),
+                appscaling.ScalingInterval(lower=1, change=1),
+            ],
+            adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+            # A task takes about a minute to start and consume; then the queues are empty again.
+            cooldown=cdk.Duration.minutes(3),
+            evaluation_periods=1,
+        )
+
+
+def _ticks(config: StageConfig, *, minutes: int) -> int:
+    """Evaluation periods of the scheduler's gauges that span ``minutes`` (at least one tick)."""
+    return max(1, math.ceil(minutes / config.tick_minutes))

@@ -1,11 +1,13 @@
-"""Helpers shared by the test suites: request bodies and database probes."""
+"""Helpers shared by the test suites: request bodies, database probes and a stand-in cloud assembly."""
 
 from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import cache
+from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
@@ -111,3 +113,76 @@ def valid_webhook(body: bytes | str) -> dict[str, Any]:
     errors = sorted(_webhook_validator(document["type"]).iter_errors(document), key=str)
     assert not errors, f"webhook body breaks its schema: {[e.message for e in errors]}\n{document}"
     return document
+
+
+# Public addresses that tests resolve names to; never contacted (a fake connector or a refusal comes first).
+PUBLIC_V4 = "93.184.215.14"
+PUBLIC_V6 = "2606:2800:21f:cb07:6820:80da:af6b:8b2c"
+
+
+class FakeResolver:
+    """The DNS, in memory, so no test query leaves the machine: ``answers`` by name; a name in ``failing``
+    gets no answer at all (the resolver failed); any other name gets ``default`` or, without one, "no such
+    name"."""
+
+    def __init__(
+        self,
+        answers: Mapping[str, Sequence[str]] | None = None,
+        *,
+        default: Sequence[str] | None = None,
+        failing: Collection[str] = (),
+    ) -> None:
+        self.answers = dict(answers or {})
+        self.default = default
+        self.failing = set(failing)
+        self.calls: list[str] = []
+
+    def __call__(self, host: str, port: int) -> Sequence[str]:
+        self.calls.append(host)
+        if host in self.failing:
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        if host in self.answers:
+            return self.answers[host]
+        if self.default is not None:
+            return self.default
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+
+def write_assembly(
+    root: Path,
+    *,
+    stage: str = "dev",
+    reserved: Sequence[int] = (2, 1),
+    bootstrap: int = 6,
+    manages_api_gateway_account: bool = False,
+    other_stage_reserved: int = 50,
+) -> Path:
+    """A cloud assembly with one stack of ``stage`` (plus one of another stage, which must not count)."""
+    root.mkdir(parents=True, exist_ok=True)
+    artifacts = {}
+    for name, functions, account in (
+        (f"Tollgate-{stage}-Pipeline", list(reserved), manages_api_gateway_account),
+        ("Tollgate-other-Pipeline", [other_stage_reserved], False),
+    ):
+        resources: dict[str, dict[str, object]] = {
+            f"Function{index}": {
+                "Type": "AWS::Lambda::Function",
+                "Properties": {"ReservedConcurrentExecutions": count},
+            }
+            for index, count in enumerate(functions)
+        }
+        resources["Unreserved"] = {"Type": "AWS::Lambda::Function", "Properties": {}}
+        if account:
+            resources["ApiAccount"] = {"Type": "AWS::ApiGateway::Account", "Properties": {}}
+        (root / f"{name}.template.json").write_text(json.dumps({"Resources": resources}))
+        artifacts[name] = {
+            "type": "aws:cloudformation:stack",
+            "environment": "aws://unknown-account/unknown-region",
+            "properties": {
+                "templateFile": f"{name}.template.json",
+                "requiresBootstrapStackVersion": bootstrap,
+                "bootstrapStackVersionSsmParameter": "/cdk-bootstrap/hnb659fds/version",
+            },
+        }
+    (root / "manifest.json").write_text(json.dumps({"artifacts": artifacts}))
+    return root

@@ -11,6 +11,7 @@ import socket
 from pathlib import Path
 from typing import Annotated, Any
 
+import certifi
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -23,6 +24,12 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # force-include), so an installed `tollgate db migrate` finds them without a checkout.
 _PACKAGED_MIGRATIONS = Path(__file__).resolve().parent / "_migrations"
 MIGRATIONS_DIR = _PACKAGED_MIGRATIONS if _PACKAGED_MIGRATIONS.is_dir() else REPO_ROOT / "migrations"
+# The CA bundle deployed database connections verify the server against: certifi's copy of Mozilla's roots,
+# shipped with the package's dependencies in the Lambda layer and the worker image. It holds Amazon Root CA
+# 1-4, which RDS Proxy's ACM certificates chain to. It does not hold the RDS CAs (rds-ca-rsa2048-g1 and
+# the others) that an Aurora cluster's own endpoint presents: no package on PyPI ships those, so a client
+# that connects to the cluster directly needs DATABASE_CA_BUNDLE pointing at Amazon's RDS bundle.
+SHIPPED_CA_BUNDLE = Path(certifi.where())
 
 
 class DatabaseSettings(BaseSettings):
@@ -37,7 +44,16 @@ class DatabaseSettings(BaseSettings):
         default=None, description="Secrets Manager secret with username/password/host/port/dbname."
     )
     database_host: str | None = Field(
-        default=None, description="Host to connect to instead of the secret's (the RDS Proxy endpoint)."
+        default=None,
+        description="Host to connect to instead of the secret's: RDS Proxy, or without one the writer.",
+    )
+    database_ca_bundle: Path | None = Field(
+        default=None,
+        description="PEM file of the CAs a deployed connection (the secret path, always "
+        "`sslmode=verify-full`) trusts; unset, the bundle shipped with the package (Mozilla's roots via "
+        "certifi, which include the Amazon roots RDS Proxy's certificates chain to). A direct connection to "
+        "the Aurora cluster needs Amazon's RDS CA bundle (global-bundle.pem) here. DATABASE_URL connections "
+        "ignore it.",
     )
     database_role: str = Field(
         default="tollgate_app",
@@ -55,7 +71,15 @@ class DatabaseSettings(BaseSettings):
     def _one_source(self) -> DatabaseSettings:
         if self.database_url is None and self.database_secret_arn is None:
             raise ValueError("set DATABASE_URL or DATABASE_SECRET_ARN")
+        if self.database_url is None and not self.ca_bundle.is_file():
+            # Checked at cold start: libpq would only say so at the first connection, as a login failure.
+            raise ValueError(f"DATABASE_CA_BUNDLE {self.ca_bundle} is not a file")
         return self
+
+    @property
+    def ca_bundle(self) -> Path:
+        """The CA bundle the secret path verifies the server with."""
+        return self.database_ca_bundle or SHIPPED_CA_BUNDLE
 
 
 class AdmissionSettings(BaseSettings):
@@ -141,6 +165,18 @@ class AuthorizerSettings(DatabaseSettings):
 
     api_key_cache_ttl_seconds: int = Field(
         default=60, ge=0, description="How long a resolved key stays cached in a warm function."
+    )
+
+
+class TenantProvisioningSettings(BaseSettings):
+    """What `tollgate tenants create|sync-usage-keys` need besides the database: where usage keys go."""
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    usage_plan_id: str | None = Field(
+        default=None,
+        description="The stage's API Gateway usage plan (ApiStack output UsagePlanId); each tenant gets an "
+        "API Gateway key on it. Unset only locally, where API Gateway does not run and tenants get none.",
     )
 
 
@@ -524,6 +560,7 @@ class SupportSettings(SupportDatabaseSettings, JobQueueSettings):
         return self
 
 
-class OpsSettings(SupportSettings):
+class OpsSettings(SupportSettings, TenantProvisioningSettings):
     """The operations Lambda (``tollgate --stage <stage> ...``): every support and admin command, inside the
-    VPC, as tollgate_system; the same settings the support CLI takes, set by the stack instead of a shell."""
+    VPC, as tollgate_system; the settings the support and tenants commands take, set by the stack instead of
+    a shell."""

@@ -29,6 +29,7 @@ from tollgate.delivery.deliveries import (
 from tollgate.delivery.endpoints import EndpointDeps
 from tollgate.delivery.sender import SenderLimits, WebhookSender
 from tollgate.delivery.signing import new_secret
+from tollgate.delivery.ssrf import Resolver, system_resolver
 from tollgate.events import BUS_ONLY_EVENT_TYPES, EXTRACTION_REQUESTED, OUTCOME_EVENT_TYPES
 from tollgate.execution.attempt import ExecutionDeps, ModelRouter
 from tollgate.execution.limiter import Limiter
@@ -55,12 +56,14 @@ from tollgate.settings import (
     SchedulerSettings,
     SupportDatabaseSettings,
     SupportSettings,
+    TenantProvisioningSettings,
     WebhookAttemptSettings,
     WorkerSettings,
 )
 from tollgate.support.configuration import AwsEndpoint
 from tollgate.support.service import SupportDeps, TypeQueues
 from tollgate.tenants.keys import ApiKeyResolver
+from tollgate.tenants.usage_keys import ApiGatewayUsagePlan, NoUsagePlan, UsagePlan
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -68,7 +71,14 @@ if TYPE_CHECKING:
 logger = Logger(service="tollgate-relay", child=True)
 
 
-def build_api(settings: ApiSettings, db: Database | None = None, nudger: Nudger | None = None) -> ApiDeps:
+def build_api(
+    settings: ApiSettings,
+    db: Database | None = None,
+    nudger: Nudger | None = None,
+    *,
+    webhook_resolver: Resolver = system_resolver,
+) -> ApiDeps:
+    """``webhook_resolver`` resolves endpoint hosts at registration; tests pass an in-memory DNS."""
     db = db or build_database(settings, pool_name="api")
     store = S3DocumentStore(boto3.client("s3"), settings.documents_bucket)
     if nudger is None:
@@ -91,7 +101,12 @@ def build_api(settings: ApiSettings, db: Database | None = None, nudger: Nudger 
             nudger=nudger,
         ),
         webhooks=EndpointDeps(
-            db, clock, new_id, new_secret, allow_private_targets=settings.webhooks_allow_private_targets
+            db,
+            clock,
+            new_id,
+            new_secret,
+            allow_private_targets=settings.webhooks_allow_private_targets,
+            resolver=webhook_resolver,
         ),
         replays=replays,
         reviews=ReviewDeps(db, store, clock, new_id, nudger),
@@ -105,6 +120,13 @@ def acceptance_limits(settings: ApiSettings) -> AcceptanceLimits:
 def build_authorizer(settings: AuthorizerSettings, db: Database | None = None) -> ApiKeyResolver:
     db = db or build_database(settings, pool_name="authorizer")
     return ApiKeyResolver(db, SystemClock(), settings.api_key_cache_ttl_seconds)
+
+
+def build_usage_plan(settings: TenantProvisioningSettings) -> UsagePlan:
+    """Tenants' usage keys go to the stage's usage plan; without one (local development) nowhere."""
+    if settings.usage_plan_id is None:
+        return NoUsagePlan()
+    return ApiGatewayUsagePlan(boto3.client("apigateway"), settings.usage_plan_id)
 
 
 def build_relay(
@@ -378,4 +400,8 @@ def build_ops(settings: OpsSettings, *, aws: AwsEndpoint | None = None) -> OpsDe
         )
         client = session.client("s3", endpoint_url=aws.url if aws else None)
         store = S3DocumentStore(client, settings.documents_bucket)
-    return OpsDeps(support=support, reviews=ReviewDeps(support.db, store, support.clock, support.new_id))
+    return OpsDeps(
+        support=support,
+        reviews=ReviewDeps(support.db, store, support.clock, support.new_id),
+        usage_plan=build_usage_plan(settings),
+    )

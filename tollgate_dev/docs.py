@@ -19,6 +19,7 @@ from tollgate.settings import (
     RelaySettings,
     SchedulerSettings,
     SupportSettings,
+    TenantProvisioningSettings,
     WebhookAttemptSettings,
     WorkerSettings,
 )
@@ -32,6 +33,7 @@ ENTRYPOINTS: dict[str, type[BaseSettings]] = {
     "worker": WorkerSettings,
     "webhook_attempt": WebhookAttemptSettings,
     "support CLI": SupportSettings,
+    "tenants CLI": TenantProvisioningSettings,
     "ops": OpsSettings,
 }
 START, END = "<!-- configuration:start -->", "<!-- configuration:end -->"

@@ -16,4 +16,10 @@ resolver = build_authorizer(AuthorizerSettings())
 
 @logger.inject_lambda_context
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return authorize_request(resolver, event.get("authorizationToken"), event["methodArn"])
+    policy = authorize_request(resolver, event.get("authorizationToken"), event["methodArn"])
+    if "usageIdentifierKey" not in policy:
+        logger.warning(
+            "the tenant has no usage-plan key; run `tollgate tenants sync-usage-keys`",
+            tenant_id=policy["context"]["tenant_id"],
+        )
+    return policy

@@ -15,6 +15,7 @@ from stacks.constructs.entrypoint_function import METRICS_NAMESPACE, service_nam
 from tollgate.core import metrics as published
 
 SCHEDULER_SERVICE = service_name("scheduler")
+ONE_MINUTE = cdk.Duration.minutes(1)
 RUNNABLE_JOBS = published.RUNNABLE_JOBS
 RUNNING_JOBS = published.RUNNING_JOBS
 WAITING_RETRIES = published.WAITING_RETRIES
@@ -30,14 +31,17 @@ REVIEW_TIME_TO_DECISION = published.REVIEW_TIME_TO_DECISION
 REVIEW_DECISIONS = published.REVIEW_DECISIONS
 
 
-def scheduler_metric(metric_name: str, *, label: str | None = None) -> cloudwatch.Metric:
-    """One of the scheduler's gauges, as its maximum over each one-minute tick."""
+def scheduler_metric(
+    metric_name: str, *, period: cdk.Duration = ONE_MINUTE, label: str | None = None
+) -> cloudwatch.Metric:
+    """One of the scheduler's gauges, as its maximum over each tick: ``period`` is the stage's tick
+    (``StageConfig.tick_period``), so every period holds one value and a silent scheduler shows as missing."""
     return cloudwatch.Metric(
         namespace=METRICS_NAMESPACE,
         metric_name=metric_name,
         dimensions_map={"service": SCHEDULER_SERVICE},
         statistic=cloudwatch.Stats.MAXIMUM,
-        period=cdk.Duration.minutes(1),
+        period=period,
         label=label,
     )
 

@@ -75,6 +75,8 @@ class DatabaseMigrations(Construct):
                 # adds nothing to a single run.
                 "DATABASE_HOST": cluster.cluster_endpoint.hostname,
                 "DATABASE_POOL_SIZE": "1",
+                # A deployment may find a paused cluster.
+                **config.database_wait_environment(),
             },
             # Below the provider framework's own 15-minute Lambda limit, so a slow migration fails
             # with its own error rather than a framework timeout.

@@ -1,6 +1,7 @@
 """A Lambda for one ``functions/<name>/handler.py`` entrypoint, set up the way every Tollgate Lambda is.
 
-ARM64, the pinned Python runtime, the shared code asset and dependency layer, private isolated subnets,
+ARM64, the pinned Python runtime, the shared code asset and dependency layer, private isolated subnets (egress
+subnets in a stage without interface endpoints),
 X-Ray tracing, and a log group with the stage's retention.
 """
 
@@ -72,7 +73,8 @@ class EntrypointFunction(Construct):
             code=code,
             layers=[layer],
             vpc=vpc,
-            vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED),
+            # Isolated, with interface endpoints for AWS; in a stage without them, behind NAT (config).
+            vpc_subnets=ec2.SubnetSelection(subnet_type=config.lambda_subnet_type),
             security_groups=list(security_groups),
             environment={
                 "POWERTOOLS_SERVICE_NAME": service_name(entrypoint),

@@ -16,7 +16,7 @@ import boto3
 import psycopg
 import pytest
 
-from tests.support import invoice_request, outbox_event
+from tests.support import PUBLIC_V4, FakeResolver, invoice_request, outbox_event
 from tollgate.core.clock import new_id
 from tollgate.delivery.deliveries import WebhookDispatcher, delivery_id_for
 from tollgate.events import ExtractionCompleted
@@ -59,6 +59,8 @@ def _stack(database_url: str, data_dir: Path) -> Iterator[LocalStack]:
             aws=aws,
             # As deployed: https endpoints only (the local default lets the demo's receiver use http).
             api_overrides={"webhook_state_machine_arn": dispatcher, "webhooks_allow_private_targets": False},
+            # Registration resolves names: every name is one public address here, and no query leaves.
+            webhook_resolver=FakeResolver(default=[PUBLIC_V4]),
         ).start()
         yield local
         local.stop()

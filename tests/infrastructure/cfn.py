@@ -62,11 +62,14 @@ def references(value: Any, logical_id: str) -> bool:
 
 
 def render(value: Any) -> str:
-    """A readable string for a value made of Fn::Join and Ref, e.g. ``arn:${AWS::Partition}:s3:::name``."""
+    """A readable string for a value made of Fn::Join, Ref and Fn::ImportValue, e.g.
+    ``arn:${AWS::Partition}:s3:::${Import:Stack:Name}``."""
     if isinstance(value, str):
         return value
     if isinstance(value, dict) and "Ref" in value:
         return "${" + value["Ref"] + "}"
+    if isinstance(value, dict) and isinstance(value.get("Fn::ImportValue"), str):
+        return "${Import:" + value["Fn::ImportValue"] + "}"
     if isinstance(value, dict) and "Fn::Join" in value:
         separator, parts = value["Fn::Join"]
         return str(separator).join(render(part) for part in parts)
@@ -84,6 +87,34 @@ def local_id(value: Any, producer: Template) -> str:
     if isinstance(value, dict) and isinstance(value.get("Fn::GetAtt"), list):
         return str(value["Fn::GetAtt"][0])
     raise ValueError(f"not a reference to a resource of the producer: {value!r}")
+
+
+def export_of(producer: Template, logical_id: str) -> str:
+    """The name of the producer's export whose value is the resource ``logical_id`` (its Ref or an attribute)."""
+    (name,) = [
+        output["Export"]["Name"]
+        for output in producer.get("Outputs", {}).values()
+        if "Export" in output and local_id(output["Value"], producer) == logical_id
+    ]
+    return str(name)
+
+
+def imports(consumer: Template) -> set[str]:
+    """The export names a template imports anywhere (``Fn::ImportValue``)."""
+    found: set[str] = set()
+
+    def visit(value: Any) -> None:
+        if isinstance(value, dict):
+            if isinstance(value.get("Fn::ImportValue"), str):
+                found.add(value["Fn::ImportValue"])
+            for item in value.values():
+                visit(item)
+        elif isinstance(value, list):
+            for item in value:
+                visit(item)
+
+    visit(consumer)
+    return found
 
 
 def subnet_groups(template: Template) -> dict[str, str]:

@@ -22,12 +22,17 @@ from stacks.ops_stack import OpsStack
 from stacks.pipeline_stack import PipelineStack
 from stacks.results_stack import ResultsStack
 from stacks.worker_stack import WorkerStack
-from tests.infrastructure.synth import Synthesized
+from tests.infrastructure.synth import Synthesized, normal_shape_stages
 
 
 @pytest.fixture(scope="session")
 def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
-    context = {"stage": "dev", "layer_dir": str(tmp_path_factory.mktemp("layer"))}
+    # Dev in the normal shape: see LOW_IDLE_KEYS.
+    context = {
+        "stage": "dev",
+        "stages": normal_shape_stages(),
+        "layer_dir": str(tmp_path_factory.mktemp("layer")),
+    }
     outdir = checked_outdir = tmp_path_factory.mktemp("cdk.out")
     app = build_app(context=context, outdir=str(outdir))
     validation_error: Exception | None = None

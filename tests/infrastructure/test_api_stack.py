@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from stacks.config import StageConfig
 from tests.infrastructure.cfn import (
     as_list,
+    export_of,
     function_by_handler,
     only,
     policy_statements,
@@ -250,10 +252,13 @@ def test_authorizer_reads_the_database_secret_and_nothing_else(api_template: Tem
 def test_documents_policy_names_the_data_stacks_bucket(
     api_template: Template, data_template: Template
 ) -> None:
-    (bucket,) = [
-        b for b in resources(data_template, "AWS::S3::Bucket").values() if "BucketName" in b["Properties"]
+    (bucket_id,) = [
+        logical_id
+        for logical_id, b in resources(data_template, "AWS::S3::Bucket").items()
+        if "BucketName" in b["Properties"]
     ]
-    bucket_name = render(bucket["Properties"]["BucketName"])
+    # Imported from DataStack's export, so CloudFormation knows this stack uses the bucket.
+    bucket_name = "${Import:" + export_of(data_template, bucket_id) + "}"
     _, function = function_by_handler(api_template, "functions.api.handler.lambda_handler")
     s3_resources = {
         render(resource)
@@ -277,3 +282,152 @@ def test_no_permission_on_every_resource_except_tracing_and_logging(
         if statement["Effect"] == "Allow" and "*" in as_list(statement["Resource"]):
             actions = as_list(statement["Action"])
             assert all(action.startswith("xray:") for action in actions), (policy_id, actions)
+
+
+def test_the_stage_sets_the_accounts_cloudwatch_role_and_waits_for_it(
+    api_template: Template, config: StageConfig
+) -> None:
+    assert config.api_gateway_cloudwatch_role
+    account_id, account = only(api_template, "AWS::ApiGateway::Account")
+    role_id = account["Properties"]["CloudWatchRoleArn"]["Fn::GetAtt"][0]
+    role = resources(api_template, "AWS::IAM::Role")[role_id]
+    stage_id, stage = only(api_template, "AWS::ApiGateway::Stage")
+
+    assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
+        "Service": "apigateway.amazonaws.com"
+    }
+    assert "AmazonAPIGatewayPushToCloudWatchLogs" in json.dumps(role["Properties"]["ManagedPolicyArns"])
+    # An account-and-region singleton: deleting this stage must not cut off other stages' logging.
+    assert account["DeletionPolicy"] == role["DeletionPolicy"] == "Retain"
+    assert account["UpdateReplacePolicy"] == role["UpdateReplacePolicy"] == "Retain"
+    # A first deploy in a fresh account: the stage's logging settings are refused until the role is set.
+    assert account_id in as_list(stage.get("DependsOn", []))
+    assert stage_id
+
+
+def test_the_stage_logs_execution_errors_without_bodies_into_a_group_with_retention(
+    api_template: Template, config: StageConfig
+) -> None:
+    stage_id, stage = only(api_template, "AWS::ApiGateway::Stage")
+    (settings,) = stage["Properties"]["MethodSettings"]
+    execution_logs = [
+        (logical_id, group)
+        for logical_id, group in resources(api_template, "AWS::Logs::LogGroup").items()
+        if "API-Gateway-Execution-Logs_" in json.dumps(group["Properties"].get("LogGroupName", ""))
+    ]
+
+    assert settings["LoggingLevel"] == "ERROR"
+    assert settings["DataTraceEnabled"] is False
+    assert (settings["HttpMethod"], settings["ResourcePath"]) == ("*", "/*")
+    ((group_id, group),) = execution_logs
+    assert group["Properties"]["RetentionInDays"] > 0
+    assert render(group["Properties"]["LogGroupName"]).endswith(f"/{stage['Properties']['StageName']}")
+    assert group_id in as_list(stage.get("DependsOn", []))
+    assert stage_id
+
+
+def test_a_stage_without_a_firewall_says_why_and_has_none(
+    api_template: Template, config: StageConfig, validation_report: dict[str, Any]
+) -> None:
+    assert not config.waf_enabled
+    assert not resources(api_template, "AWS::WAFv2::WebACL")
+    assert not resources(api_template, "AWS::WAFv2::WebACLAssociation")
+    assert "waf_enabled" in json.dumps(validation_report)
+
+
+def _bare_api_template(tmp_path: Path, **overrides: Any) -> Template:
+    """The REST API (and firewall) of ApiStack built in a bare stack, for settings the session's dev stage
+    does not have; quick, since nothing else is synthesized. The synth checks the template against
+    CloudFormation's resource schemas (cdk.json's feature flags), as the real one does."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_apigateway as apigw
+    from aws_cdk import aws_logs as logs
+
+    from app import cdk_json_context
+    from stacks.api_stack import api_firewall, rest_api
+
+    config = StageConfig(stage="dev", **overrides)
+    app = cdk.App(outdir=str(tmp_path), context=cdk_json_context())
+    stack = cdk.Stack(app, "Bare")
+    api = rest_api(stack, config, logs.LogGroup(stack, "AccessLogs"))
+    api.root.add_method("GET", apigw.MockIntegration())
+    api_firewall(stack, config, api)
+    assembly = app.synth()
+    template: Template = assembly.get_stack_by_name("Bare").template
+    return template
+
+
+def test_a_stage_that_does_not_own_the_cloudwatch_role_leaves_the_account_setting_alone(
+    tmp_path: Path,
+) -> None:
+    template = _bare_api_template(tmp_path, api_gateway_cloudwatch_role=False)
+
+    assert not resources(template, "AWS::ApiGateway::Account")
+    assert not resources(template, "AWS::IAM::Role")
+    # It still logs: through the role another stage (or the account's owner) set.
+    _, stage = only(template, "AWS::ApiGateway::Stage")
+    assert stage["Properties"]["MethodSettings"][0]["LoggingLevel"] == "ERROR"
+
+
+def test_an_enabled_firewall_rate_limits_each_address_before_the_common_rules(tmp_path: Path) -> None:
+    template = _bare_api_template(tmp_path, waf_enabled=True, waf_rate_limit=4321)
+    acl_id, acl = only(template, "AWS::WAFv2::WebACL")
+    _, association = only(template, "AWS::WAFv2::WebACLAssociation")
+    stage_id, _ = only(template, "AWS::ApiGateway::Stage")
+    rate, common = sorted(acl["Properties"]["Rules"], key=lambda rule: rule["Priority"])
+
+    assert acl["Properties"]["Scope"] == "REGIONAL"
+    assert association["Properties"]["WebACLArn"] == {"Fn::GetAtt": [acl_id, "Arn"]}
+    assert references(association["Properties"]["ResourceArn"], stage_id)
+    assert stage_id in as_list(association.get("DependsOn", []))
+
+    statement = rate["Statement"]["RateBasedStatement"]
+    assert (statement["Limit"], statement["AggregateKeyType"]) == (4321, "IP")
+    response = rate["Action"]["Block"]["CustomResponse"]
+    assert response["ResponseCode"] == 429
+    problem = json.loads(
+        acl["Properties"]["CustomResponseBodies"][response["CustomResponseBodyKey"]]["Content"]
+    )
+    assert problem["type"].startswith(PROBLEM_TYPE_BASE) and problem["status"] == 429
+
+    managed = common["Statement"]["ManagedRuleGroupStatement"]
+    assert (managed["VendorName"], managed["Name"]) == ("AWS", "AWSManagedRulesCommonRuleSet")
+    # Inline documents are larger than the rule set's 8 KB body limit; the API enforces its own limit.
+    assert managed["RuleActionOverrides"] == [{"Name": "SizeRestrictions_BODY", "ActionToUse": {"Count": {}}}]
+    for visibility in [acl["Properties"]["VisibilityConfig"]] + [
+        r["VisibilityConfig"] for r in (rate, common)
+    ]:
+        assert visibility["CloudWatchMetricsEnabled"] is True
+
+
+def test_a_firewall_rate_below_a_tenants_plan_is_refused() -> None:
+    with pytest.raises(ValueError, match="waf_rate_limit"):
+        StageConfig(stage="dev", usage_plan_rate=10, waf_rate_limit=2999)
+
+
+def test_tenant_provisioning_may_make_keys_and_add_them_to_this_plan_only(tmp_path: Path) -> None:
+    import aws_cdk as cdk
+    from aws_cdk import aws_apigateway as apigw
+    from aws_cdk import aws_iam as iam
+    from aws_cdk.assertions import Template as CdkTemplate
+
+    from stacks.api_stack import grant_usage_keys
+
+    stack = cdk.Stack(cdk.App(outdir=str(tmp_path)), "Bare")
+    plan = apigw.UsagePlan(stack, "Plan")
+    role = iam.Role(stack, "Ops", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    grant_usage_keys(role, plan)
+    template: Template = CdkTemplate.from_stack(stack).to_json()
+    plan_id, _ = only(template, "AWS::ApiGateway::UsagePlan")
+
+    granted = {
+        render(resource): sorted(as_list(statement["Action"]))
+        for _, statement in policy_statements(template)
+        for resource in as_list(statement["Resource"])
+    }
+    assert granted == {
+        "arn:${AWS::Partition}:apigateway:${AWS::Region}::/apikeys": ["apigateway:GET", "apigateway:POST"],
+        "arn:${AWS::Partition}:apigateway:${AWS::Region}::/usageplans/${" + plan_id + "}/keys": [
+            "apigateway:POST"
+        ],
+    }

@@ -40,6 +40,14 @@ def test_prod_keeps_its_data() -> None:
     assert prod.retains_data
 
 
+@pytest.mark.parametrize("stage", ["staging", "prod"])
+def test_stages_that_take_tenants_traffic_have_a_firewall_and_enforce_usage_plans(stage: str) -> None:
+    config = StageConfig.from_context({**cdk_json_context(), "stage": stage})
+
+    assert config.waf_enabled
+    assert config.enforce_usage_plan
+
+
 def test_prod_gives_every_az_its_own_nat_gateway() -> None:
     prod = StageConfig.from_context({**cdk_json_context(), "stage": "prod"})
 
@@ -186,9 +194,64 @@ def test_worker_bounds_must_be_ordered() -> None:
         StageConfig(stage="dev", worker_min_tasks=3, worker_max_tasks=2)
 
 
-def test_the_worker_keeps_at_least_one_task_for_ingress() -> None:
-    with pytest.raises(ValidationError, match="worker_min_tasks"):
-        StageConfig(stage="dev", worker_min_tasks=0)
+def test_a_worker_service_that_stops_when_idle_needs_a_queue_age_alarm_that_allows_a_start() -> None:
+    with pytest.raises(ValidationError, match="jobs_queue_age_alarm_seconds >= 1200"):
+        StageConfig(stage="dev", worker_min_tasks=0, jobs_queue_age_alarm_seconds=1199)
+    with pytest.raises(ValidationError, match="jobs_queue_age_alarm_seconds >= 1200"):
+        StageConfig(stage="dev", worker_tiers={"high": {"execution_slots": 2, "min_tasks": 0}})
+
+    assert (
+        StageConfig(stage="dev", worker_min_tasks=0, jobs_queue_age_alarm_seconds=1200).worker_min_tasks == 0
+    )
+
+
+def test_a_pausing_cluster_needs_ticks_further_apart_than_it_stays_awake() -> None:
+    """Every tick connects; ticks every minute would keep a 0-ACU cluster at its 0.5-ACU floor for good."""
+    with pytest.raises(ValidationError, match="tick_minutes longer than aurora_auto_pause_seconds"):
+        StageConfig(stage="dev", aurora_min_acu=0)
+    with pytest.raises(ValidationError, match="tick_minutes longer than aurora_auto_pause_seconds"):
+        # 300 s pause delay + 60 s idle-session timeout = 6 minutes awake after each tick.
+        StageConfig(stage="dev", aurora_min_acu=0, tick_minutes=6, outbox_age_alarm_seconds=600)
+
+    paused = StageConfig(stage="dev", aurora_min_acu=0, tick_minutes=10, outbox_age_alarm_seconds=700)
+
+    assert paused.auto_pause and paused.database_awake_after_tick_seconds == 360
+
+
+@pytest.mark.parametrize("minutes", [7, 25, 45])
+def test_ticks_fall_on_the_same_minutes_of_every_hour(minutes: int) -> None:
+    with pytest.raises(ValidationError, match="tick_minutes must divide 60"):
+        StageConfig(stage="dev", tick_minutes=minutes, outbox_age_alarm_seconds=3600)
+
+
+def test_the_outbox_age_alarm_allows_for_a_whole_tick() -> None:
+    with pytest.raises(ValidationError, match="outbox_age_alarm_seconds must exceed tick_minutes"):
+        StageConfig(stage="dev", tick_minutes=5, outbox_age_alarm_seconds=300)
+
+
+def test_clients_of_a_pausing_cluster_wait_out_its_resume_and_others_keep_the_default() -> None:
+    paused = StageConfig(stage="dev", aurora_min_acu=0, tick_minutes=15, outbox_age_alarm_seconds=1200)
+
+    assert paused.database_wait_environment() == {"DATABASE_WAIT_SECONDS": "20"}
+    assert StageConfig(stage="dev").database_wait_environment() == {}
+    # Aurora takes about 15 s to resume; the API Lambda must still answer within its 25 s.
+    assert 15 < float(paused.database_wait_environment()["DATABASE_WAIT_SECONDS"]) < 25
+
+
+def test_dev_is_a_low_idle_stage() -> None:
+    dev = StageConfig.from_context({**cdk_json_context(), "stage": "dev"})
+
+    assert dev.auto_pause and not dev.database_proxy and not dev.interface_endpoints
+    assert [service.min_tasks for service in dev.worker_services] == [0]
+
+
+@pytest.mark.parametrize("stage", ["staging", "prod"])
+def test_other_stages_keep_the_proxy_the_endpoints_a_running_cluster_and_workers(stage: str) -> None:
+    config = StageConfig.from_context({**cdk_json_context(), "stage": stage})
+
+    assert config.database_proxy and config.interface_endpoints and config.tick_minutes == 1
+    assert config.aurora_min_acu >= 0.5
+    assert all(service.min_tasks >= 1 for service in config.worker_services)
 
 
 def test_draining_must_end_before_ecs_kills_the_task() -> None:

@@ -14,7 +14,9 @@ from stacks.config import StageConfig
 from stacks.constructs.database_migrations import RESOURCE_TYPE, migrations_digest
 from tests.infrastructure.cfn import (
     as_list,
+    export_of,
     function_by_handler,
+    imports,
     only,
     references,
     render,
@@ -336,6 +338,151 @@ def test_master_secret_rotates(data_template: Template) -> None:
     ]["SecretId"] == {"Ref": secret_id}
 
 
+def _rotation(template: Template) -> dict[str, Any]:
+    """The parameters of the rotation function's serverless application (AWS's single-user rotation)."""
+    (application,) = resources(template, "AWS::Serverless::Application").values()
+    parameters: dict[str, Any] = application["Properties"]["Parameters"]
+    return parameters
+
+
+def _joined_refs(value: Any) -> list[str]:
+    """The logical ids in a comma-joined list of Refs (how SecretRotation passes its subnets)."""
+    _, parts = value["Fn::Join"]
+    return [part["Ref"] for part in parts if isinstance(part, dict)]
+
+
+def _rules_between(template: Template, kind: str, group: str, other: str) -> list[dict[str, Any]]:
+    """Ingress rules of ``group`` from ``other`` (kind ``Ingress``) or egress rules of ``group`` to ``other``."""
+    peer = "SourceSecurityGroupId" if kind == "Ingress" else "DestinationSecurityGroupId"
+    return [
+        rule["Properties"]
+        for rule in resources(template, f"AWS::EC2::SecurityGroup{kind}").values()
+        if references(rule["Properties"]["GroupId"], group)
+        and references(rule["Properties"].get(peer), other)
+    ]
+
+
+def test_the_rotation_function_reaches_secrets_manager_through_its_endpoint(data_template: Template) -> None:
+    """Followed from the rotation application to the Secrets Manager endpoint: the function's own group is
+    admitted on 443, may send there, and runs in the endpoint's subnets; the isolated subnets have no other
+    way to Secrets Manager, so without this every rotation would time out."""
+    parameters = _rotation(data_template)
+    (rotation_group,) = [parameters["vpcSecurityGroupIds"]["Fn::GetAtt"][0]]
+    endpoint = next(
+        endpoint["Properties"]
+        for endpoint in resources(data_template, "AWS::EC2::VPCEndpoint").values()
+        if "secretsmanager" in json.dumps(endpoint["Properties"]["ServiceName"])
+    )
+    (endpoint_group,) = [group["Fn::GetAtt"][0] for group in endpoint["SecurityGroupIds"]]
+
+    admitted = _rules_between(data_template, "Ingress", endpoint_group, rotation_group)
+    sent = _rules_between(data_template, "Egress", rotation_group, endpoint_group)
+
+    assert [(rule["IpProtocol"], rule["FromPort"], rule["ToPort"]) for rule in admitted] == [
+        ("tcp", 443, 443)
+    ]
+    assert [(rule["IpProtocol"], rule["FromPort"], rule["ToPort"]) for rule in sent] == [("tcp", 443, 443)]
+    assert [{"Ref": subnet} for subnet in _joined_refs(parameters["vpcSubnetIds"])] == endpoint["SubnetIds"]
+    # The function calls Secrets Manager's regional name, which this endpoint's private DNS answers in the VPC.
+    assert render(parameters["endpoint"]).startswith("https://secretsmanager.${AWS::Region}.")
+    assert endpoint["PrivateDnsEnabled"] is True
+
+
+def test_the_rotation_function_reaches_the_cluster_and_nothing_else(data_template: Template) -> None:
+    parameters = _rotation(data_template)
+    rotation_group = parameters["vpcSecurityGroupIds"]["Fn::GetAtt"][0]
+    group = resources(data_template, "AWS::EC2::SecurityGroup")[rotation_group]
+    (cluster_id, cluster) = only(data_template, "AWS::RDS::DBCluster")
+    (cluster_group,) = [g["Fn::GetAtt"][0] for g in cluster["Properties"]["VpcSecurityGroupIds"]]
+
+    destinations = sorted(
+        rule["Properties"]["DestinationSecurityGroupId"]["Fn::GetAtt"][0]
+        for rule in resources(data_template, "AWS::EC2::SecurityGroupEgress").values()
+        if references(rule["Properties"]["GroupId"], rotation_group)
+    )
+
+    # No egress to any address range: only the separate rules to the cluster's and the endpoint's groups.
+    assert group["Properties"].get("SecurityGroupEgress", []) == []
+    assert cluster_group in destinations and len(destinations) == 2
+    (admitted,) = _rules_between(data_template, "Ingress", cluster_group, rotation_group)
+    assert references(admitted["FromPort"], cluster_id)
+
+
+def _standalone_rotation(endpoint: bool) -> Template:
+    """A VPC shaped like DataStack's, a cluster, and rotate_master_secret, with or without an endpoint."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_ec2 as ec2
+    from aws_cdk import aws_rds as rds
+    from aws_cdk.assertions import Template as CdkTemplate
+
+    from stacks.data_stack import ISOLATED, POSTGRES_ENGINE, rotate_master_secret
+
+    stack = cdk.Stack(cdk.App(), "Rotation")
+    vpc = ec2.Vpc(
+        stack,
+        "Vpc",
+        max_azs=2,
+        nat_gateways=1,
+        subnet_configuration=[
+            ec2.SubnetConfiguration(name="isolated", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED),
+            ec2.SubnetConfiguration(name="egress", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC),
+        ],
+    )
+    cluster = rds.DatabaseCluster(
+        stack,
+        "Database",
+        engine=POSTGRES_ENGINE,
+        writer=rds.ClusterInstance.serverless_v2("writer"),
+        vpc=vpc,
+        vpc_subnets=ISOLATED,
+    )
+    secrets_manager = (
+        vpc.add_interface_endpoint(
+            "SecretsManager",
+            service=ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER,
+            subnets=ISOLATED,
+            open=False,
+        )
+        if endpoint
+        else None
+    )
+    rotate_master_secret(cluster, vpc=vpc, secrets_manager_endpoint=secrets_manager)
+    template: Template = CdkTemplate.from_stack(stack).to_json()
+    return template
+
+
+def test_without_an_endpoint_the_rotation_function_runs_behind_nat() -> None:
+    """A stage without interface endpoints: the function runs in the egress subnets and may send HTTPS out,
+    which reaches Secrets Manager's public endpoint through NAT; it still reaches PostgreSQL."""
+    template = _standalone_rotation(endpoint=False)
+    parameters = _rotation(template)
+    rotation_group = parameters["vpcSecurityGroupIds"]["Fn::GetAtt"][0]
+    group = resources(template, "AWS::EC2::SecurityGroup")[rotation_group]
+
+    assert set(_joined_refs(parameters["vpcSubnetIds"])) == set(_group(template, "egress"))
+    for subnet in _joined_refs(parameters["vpcSubnetIds"]):
+        assert any("NatGatewayId" in route for route in routes_of_subnet(template, subnet))
+    (anywhere,) = group["Properties"]["SecurityGroupEgress"]
+    assert (anywhere["CidrIp"], anywhere["FromPort"], anywhere["ToPort"]) == ("0.0.0.0/0", 443, 443)
+    assert render(parameters["endpoint"]).startswith("https://secretsmanager.")
+    (_, cluster) = only(template, "AWS::RDS::DBCluster")
+    (cluster_group,) = [g["Fn::GetAtt"][0] for g in cluster["Properties"]["VpcSecurityGroupIds"]]
+    assert len(_rules_between(template, "Ingress", cluster_group, rotation_group)) == 1
+
+
+def test_with_an_endpoint_the_standalone_rotation_matches_the_stage() -> None:
+    """The same helper with an endpoint gives the shape the dev stage has: isolated subnets, admitted on 443."""
+    template = _standalone_rotation(endpoint=True)
+    parameters = _rotation(template)
+    rotation_group = parameters["vpcSecurityGroupIds"]["Fn::GetAtt"][0]
+    (endpoint,) = resources(template, "AWS::EC2::VPCEndpoint").values()
+    (endpoint_group,) = [g["Fn::GetAtt"][0] for g in endpoint["Properties"]["SecurityGroupIds"]]
+
+    assert set(_joined_refs(parameters["vpcSubnetIds"])) == set(_group(template, "isolated"))
+    assert len(_rules_between(template, "Ingress", endpoint_group, rotation_group)) == 1
+
+
 def test_proxy_requires_tls_and_uses_the_master_secret(data_template: Template) -> None:
     (attachment_id,) = resources(data_template, "AWS::SecretsManager::SecretTargetAttachment")
     _, proxy = only(data_template, "AWS::RDS::DBProxy")
@@ -366,7 +513,7 @@ def test_application_code_reaches_the_cluster_only_through_the_proxy(data_templa
 
     assert proxy_group in cluster_sources
     assert all(
-        source == proxy_group or source.startswith(("MigrationClients", "DatabaseRotationSingleUser"))
+        source == proxy_group or source.startswith(("MigrationClients", "SecretRotationClients"))
         for source in cluster_sources
     )
     assert [source.startswith("DatabaseClients") for source in proxy_sources] == [True]
@@ -427,3 +574,82 @@ def test_results_archives_move_to_infrequent_access_and_expire(
     assert archives["ExpirationInDays"] == config.archive_expiration_days
     # Archives live outside tenants' prefixes, so a tenant can never name one as a document.
     assert not ARCHIVE_PREFIX.startswith(tenant_prefix(uuid4()).split("/")[0])
+
+
+def _auto_deleted_buckets(template: Template) -> set[str]:
+    """Buckets that a Custom::S3AutoDeleteObjects resource empties when the stack deletes them."""
+    return {
+        resource["Properties"]["BucketName"]["Ref"]
+        for resource in resources(template, "Custom::S3AutoDeleteObjects").values()
+    }
+
+
+@pytest.fixture(scope="module")
+def prod_data_template(tmp_path_factory: pytest.TempPathFactory) -> Template:
+    """DataStack alone, for the prod stage (removal_policy retain)."""
+    import aws_cdk as cdk
+    from aws_cdk.assertions import Template as CdkTemplate
+
+    from app import cdk_json_context
+    from stacks.data_stack import DataStack
+
+    app = cdk.App(
+        outdir=str(tmp_path_factory.mktemp("cdk.out.prod-data")),
+        context={**cdk_json_context(), "stage": "prod", "layer_dir": str(tmp_path_factory.mktemp("layer"))},
+    )
+    config = StageConfig.from_node(app.node)
+    assert config.retains_data
+    template: Template = CdkTemplate.from_stack(
+        DataStack(app, config.stack_name("Data"), config=config)
+    ).to_json()
+    return template
+
+
+def test_a_destroyed_stage_empties_every_bucket_before_deleting_it(
+    data_template: Template, config: StageConfig
+) -> None:
+    """CloudFormation cannot delete a bucket with objects or old versions in it; `cdk destroy` of a dev stage
+    would stop at the documents bucket."""
+    buckets = resources(data_template, "AWS::S3::Bucket")
+
+    assert config.removal_policy == "destroy"
+    assert _auto_deleted_buckets(data_template) == set(buckets)
+    assert {bucket["DeletionPolicy"] for bucket in buckets.values()} == {"Delete"}
+
+
+def test_a_stage_that_retains_data_never_empties_a_bucket(prod_data_template: Template) -> None:
+    buckets = resources(prod_data_template, "AWS::S3::Bucket")
+
+    assert buckets
+    assert _auto_deleted_buckets(prod_data_template) == set()
+    assert resources(prod_data_template, "Custom::S3AutoDeleteObjects") == {}
+    assert {bucket["DeletionPolicy"] for bucket in buckets.values()} == {"Retain"}
+
+
+def test_other_stacks_import_the_documents_bucket_from_this_stacks_exports(data_template: Template) -> None:
+    bucket_id, _ = _documents_bucket(data_template)
+    (key_id,) = resources(data_template, "AWS::KMS::Key")
+    outputs = data_template["Outputs"]
+
+    assert outputs["DocumentsBucketName"] == {
+        "Value": {"Ref": bucket_id},
+        "Export": {"Name": "Tollgate-dev-Data:DocumentsBucketName"},
+    }
+    assert outputs["DocumentsKeyArn"] == {
+        "Value": {"Fn::GetAtt": [key_id, "Arn"]},
+        "Export": {"Name": "Tollgate-dev-Data:DocumentsKeyArn"},
+    }
+
+
+@pytest.mark.parametrize("consumer", ["api_template", "pipeline_template", "worker_template"])
+def test_consumers_import_the_documents_bucket_and_never_rebuild_its_name(
+    consumer: str, data_template: Template, request: pytest.FixtureRequest
+) -> None:
+    """With an import, CloudFormation refuses to replace or remove the bucket's export while a stack uses it;
+    a name rebuilt from the stage would go on pointing at whatever bucket has that name."""
+    template: Template = request.getfixturevalue(consumer)
+    bucket_id, _ = _documents_bucket(data_template)
+    (key_id,) = resources(data_template, "AWS::KMS::Key")
+
+    assert {export_of(data_template, bucket_id), export_of(data_template, key_id)} <= imports(template)
+    assert "-documents-" not in json.dumps(template)

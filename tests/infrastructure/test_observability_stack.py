@@ -49,6 +49,7 @@ from stacks.constructs.service_metrics import (
 )
 from stacks.observability_stack import RUNBOOK_SECTION, overview_markdown
 from tests.infrastructure.cfn import function_by_handler, local_id, only, references, resources, type_queues
+from tests.infrastructure.synth import Synthesized
 from tollgate.delivery import attempts
 from tollgate.jobtypes.registry import JOB_TYPES
 
@@ -68,6 +69,7 @@ PER_TYPE_ALARMS = {
 ALARMS = PER_TYPE_ALARMS | {
     "ApiServerErrors",
     "OutboxAge",
+    "SchedulerErrors",
     "EligibleJobAge",
     "CounterDrift",
     "WorkerErrors",
@@ -232,7 +234,7 @@ def test_each_types_dead_letters_alarm_on_the_first_message(
     assert f"--job-type {job_type}" in alarm["AlarmDescription"]
 
 
-def test_unpublished_outbox_age_alarms_and_so_does_a_silent_scheduler(
+def test_unpublished_outbox_age_alarms_but_not_before_the_first_tick(
     observability_template: Template, config: StageConfig
 ) -> None:
     alarm = _alarm(observability_template, "OutboxAge")
@@ -243,7 +245,39 @@ def test_unpublished_outbox_age_alarms_and_so_does_a_silent_scheduler(
     assert alarm["Threshold"] == config.outbox_age_alarm_seconds
     assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
     assert alarm["EvaluationPeriods"] == 3
-    assert alarm["TreatMissingData"] == "breaching"
+    # The gauge is absent until the scheduler's first tick after a deploy: no data must not page.
+    assert alarm["TreatMissingData"] == "notBreaching"
+
+
+def test_a_failing_scheduler_alarms_in_place_of_its_silent_gauges(
+    observability_template: Template, pipeline_template: Template
+) -> None:
+    """Every gauge alarm ignores missing data, so the scheduler's own failures are what reports it silent."""
+    alarm = _alarm(observability_template, "SchedulerErrors")
+    scheduler, _ = function_by_handler(pipeline_template, "functions.scheduler.handler.lambda_handler")
+
+    assert (alarm["Namespace"], alarm["MetricName"]) == ("AWS/Lambda", "Errors")
+    assert local_id(_dimension(alarm, "FunctionName"), pipeline_template) == scheduler
+    assert (alarm["Statistic"], alarm["Period"]) == ("Sum", 60)
+    assert (alarm["ComparisonOperator"], alarm["Threshold"]) == ("GreaterThanThreshold", 0)
+    assert alarm["EvaluationPeriods"] == 3
+    assert alarm["TreatMissingData"] == "notBreaching"
+
+
+def test_no_alarm_pages_for_a_metric_that_is_not_there_yet(synthesized: Synthesized) -> None:
+    """Right after a deploy no gauge, count or queue metric has a data point: an alarm that treats missing
+    data as breaching would page then, and whenever a stage is idle."""
+    breaching = [
+        (stack.stack_name, alarm["Properties"].get("AlarmName", logical_id))
+        for stack in synthesized.app.node.children
+        if isinstance(stack, cdk.Stack)
+        for logical_id, alarm in resources(
+            CdkTemplate.from_stack(stack).to_json(), "AWS::CloudWatch::Alarm"
+        ).items()
+        if alarm["Properties"].get("TreatMissingData") == "breaching"
+    ]
+
+    assert breaching == []
 
 
 @pytest.mark.parametrize("job_type", sorted(JOB_TYPES))
@@ -269,7 +303,7 @@ def test_oldest_eligible_job_alarms_after_scaling_had_its_chance(
     assert alarm["Threshold"] == config.eligible_job_age_alarm_seconds == 900
     assert config.worker_scale_out_job_age_seconds < alarm["Threshold"] < config.jobs.default_deadline_seconds
     assert alarm["EvaluationPeriods"] == 3
-    # A silent scheduler already breaches the outbox age alarm; one cause, one page.
+    # A failing scheduler raises SchedulerErrors; one cause, one page.
     assert alarm["TreatMissingData"] == "notBreaching"
 
 
@@ -310,7 +344,7 @@ def test_a_review_waiting_past_the_stages_age_alarms(observability_template: Tem
     assert alarm["Threshold"] == config.review_age_alarm_seconds == 86_400
     assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
     assert alarm["EvaluationPeriods"] == 3
-    # A silent scheduler already breaches the outbox age alarm; one cause, one page.
+    # A failing scheduler raises SchedulerErrors; one cause, one page.
     assert alarm["TreatMissingData"] == "notBreaching"
     assert "tollgate reviews list" in alarm["AlarmDescription"]
 

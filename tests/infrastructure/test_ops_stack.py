@@ -1,5 +1,6 @@
-"""OpsStack's template: the operations function in the isolated subnets, behind a function URL that only
-IAM-signed requests reach, with exactly the permissions its commands use, each on a named resource."""
+"""OpsStack's template: the operations function in the VPC (behind NAT, for API Gateway's management API),
+behind a function URL that only IAM-signed requests reach, with exactly the permissions its commands use,
+each on a named resource."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ EXPECTED_ACTIONS = {
     "sqs:DeleteMessage",
     "sqs:StartMessageMoveTask",
     "states:StartExecution",
+    # Tenants' API Gateway keys on the stage's usage plan (GET, POST /apikeys; POST on the plan's /keys).
+    "apigateway:GET",
+    "apigateway:POST",
     "xray:PutTraceSegments",
     "xray:PutTelemetryRecords",
 }
@@ -42,14 +46,14 @@ def _ops_statements(template: Template) -> list[dict[str, Any]]:
     return [statement for owner, statement in policy_statements(template) if owner in owners | {role}]
 
 
-def test_the_function_runs_in_the_isolated_subnets_with_the_database_clients_group(
+def test_the_function_runs_in_the_vpc_behind_nat_with_the_database_clients_group(
     ops_template: Template,
 ) -> None:
     _, function = function_by_handler(ops_template, OPS)
     vpc = function["Properties"]["VpcConfig"]
 
     assert vpc["SubnetIds"], "the ops function must run in the VPC to reach the database"
-    assert all("isolatedsubnet" in str(subnet).lower() for subnet in vpc["SubnetIds"])
+    assert all("egresssubnet" in str(subnet).lower() for subnet in vpc["SubnetIds"])
     (group,) = vpc["SecurityGroupIds"]
     assert "DatabaseClients" in str(group)
 
@@ -95,6 +99,15 @@ def test_no_action_is_a_wildcard_and_only_xray_is_on_every_resource(ops_template
         assert not any(action == "*" or action.endswith(":*") for action in actions), actions
         if "*" in as_list(statement["Resource"]):
             assert set(actions) <= {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}, actions
+
+
+def test_usage_keys_are_added_to_the_stages_own_plan_only(ops_template: Template) -> None:
+    statements = [s for s in _ops_statements(ops_template) if "apigateway:POST" in as_list(s["Action"])]
+    resources_granted = [str(r) for s in statements for r in as_list(s["Resource"])]
+
+    assert len(resources_granted) == 2
+    assert any("/apikeys" in r for r in resources_granted)
+    assert any("/usageplans/" in r and "/keys" in r for r in resources_granted)
 
 
 def test_move_tasks_are_granted_on_the_dead_letter_queues_only(ops_template: Template) -> None:

@@ -14,6 +14,7 @@ from stacks.config import StageConfig
 from stacks.constructs.documents_access import CANONICAL_DOCUMENTS
 from tests.infrastructure.cfn import (
     as_list,
+    export_of,
     function_by_handler,
     local_id,
     references,
@@ -209,12 +210,20 @@ def _object_grants(template: Template, handler: str) -> dict[str, list[str]]:
     }
 
 
+def _documents_bucket_name(data_template: Template) -> str:
+    """The documents bucket's name as a consumer renders it: the import of DataStack's export."""
+    (bucket_id,) = [
+        logical_id
+        for logical_id, bucket in resources(data_template, "AWS::S3::Bucket").items()
+        if "VersioningConfiguration" in bucket["Properties"]
+    ]
+    return "${Import:" + export_of(data_template, bucket_id) + "}"
+
+
 def test_the_scheduler_writes_only_archives_and_deletes_only_canonical_documents(
-    pipeline_template: Template, config: StageConfig
+    pipeline_template: Template, data_template: Template
 ) -> None:
-    bucket = "arn:${AWS::Partition}:s3:::" + config.documents_bucket_name_in(
-        "${AWS::AccountId}", "${AWS::Region}"
-    )
+    bucket = "arn:${AWS::Partition}:s3:::" + _documents_bucket_name(data_template)
     grants = _object_grants(pipeline_template, SCHEDULER)
 
     assert grants["s3:PutObject"] == [f"{bucket}/{ARCHIVE_PREFIX}*"]
@@ -232,14 +241,12 @@ def test_the_canonical_documents_pattern_is_where_acceptance_stores_them() -> No
 
 
 def test_the_scheduler_archives_to_the_stages_documents_bucket(
-    pipeline_template: Template, config: StageConfig
+    pipeline_template: Template, data_template: Template, config: StageConfig
 ) -> None:
     _, scheduler = function_by_handler(pipeline_template, SCHEDULER)
     variables = scheduler["Properties"]["Environment"]["Variables"]
 
-    assert render(variables["DOCUMENTS_BUCKET"]) == config.documents_bucket_name_in(
-        "${AWS::AccountId}", "${AWS::Region}"
-    )
+    assert render(variables["DOCUMENTS_BUCKET"]) == _documents_bucket_name(data_template)
     assert variables["RETENTION_DEFAULT_DAYS"] == str(config.retention.retention_default_days)
 
 

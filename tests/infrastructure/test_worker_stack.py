@@ -16,6 +16,7 @@ from stacks.config import REPO_ROOT, StageConfig
 from stacks.worker_stack import DOCKERFILE
 from tests.infrastructure.cfn import (
     as_list,
+    export_of,
     local_id,
     only,
     policy_statements,
@@ -262,7 +263,7 @@ def _actions_of(template: Template, role_id: str) -> dict[str, list[Any]]:
 
 
 def test_task_role_consumes_every_types_queue_and_reads_documents_only(
-    worker_template: Template, pipeline_template: Template
+    worker_template: Template, pipeline_template: Template, data_template: Template
 ) -> None:
     _, task = only(worker_template, "AWS::ECS::TaskDefinition")
     granted = _actions_of(worker_template, task["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0])
@@ -274,10 +275,14 @@ def test_task_role_consumes_every_types_queue_and_reads_documents_only(
     assert "sqs:SendMessage" not in granted
     assert {"s3:GetObject*", "kms:Decrypt", "secretsmanager:GetSecretValue"} <= granted.keys()
     assert not [action for action in granted if action.startswith(("s3:Put", "s3:Delete", "kms:Encrypt"))]
+    (bucket_id,) = [
+        logical_id
+        for logical_id, bucket in resources(data_template, "AWS::S3::Bucket").items()
+        if "BucketName" in bucket["Properties"]
+    ]
+    documents = {"Fn::ImportValue": export_of(data_template, bucket_id)}
     assert all(
-        "tollgate-dev-documents-" in json.dumps(granted[action])
-        for action in granted
-        if action.startswith("s3:")
+        json.dumps(documents) in json.dumps(granted[action]) for action in granted if action.startswith("s3:")
     )
 
 

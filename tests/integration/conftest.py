@@ -11,8 +11,10 @@ from uuid import UUID
 import pytest
 from pydantic import SecretStr
 
+from tests.support import PUBLIC_V4, FakeResolver
 from tollgate.core.clock import new_id
 from tollgate.db import Database, build_database
+from tollgate.delivery.ssrf import Resolver
 from tollgate.settings import DatabaseSettings
 from tollgate.tenants.keys import create_tenant
 from tollgate_dev.local.aws import LocalAws
@@ -30,9 +32,17 @@ def local_aws() -> Iterator[LocalAws]:
     aws.stop()
 
 
-def _start_stack(database_url: str, local_aws: LocalAws, **api_overrides: Any) -> LocalStack:
+def _start_stack(
+    database_url: str, local_aws: LocalAws, *, webhook_resolver: Resolver | None = None, **api_overrides: Any
+) -> LocalStack:
     stack = LocalStack(
-        port=0, database_url=database_url, aws=local_aws, api_overrides=api_overrides, pipeline=False
+        port=0,
+        database_url=database_url,
+        aws=local_aws,
+        api_overrides=api_overrides,
+        pipeline=False,
+        # No test asks the real DNS: unless a test brings its own, every name is one public address.
+        webhook_resolver=webhook_resolver or FakeResolver(default=[PUBLIC_V4]),
     )
     return stack.start()
 
@@ -49,8 +59,10 @@ def stack_factory(database_url: str, local_aws: LocalAws) -> Iterator[Callable[.
     """Stacks with other settings for one test; stopped after it, so their connections do not pile up."""
     stacks: list[LocalStack] = []
 
-    def start(**api_overrides: Any) -> LocalStack:
-        stacks.append(_start_stack(database_url, local_aws, **api_overrides))
+    def start(*, webhook_resolver: Resolver | None = None, **api_overrides: Any) -> LocalStack:
+        stacks.append(
+            _start_stack(database_url, local_aws, webhook_resolver=webhook_resolver, **api_overrides)
+        )
         return stacks[-1]
 
     yield start

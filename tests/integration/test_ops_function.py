@@ -257,7 +257,7 @@ class _Unreachable:
 
 
 def test_an_unreachable_database_is_a_503_dependency_problem(deps):
-    down = OpsDeps(support=replace(deps.support, db=_Unreachable()), reviews=deps.reviews)  # type: ignore[arg-type]
+    down = replace(deps, support=replace(deps.support, db=_Unreachable()))  # type: ignore[arg-type]
 
     response = handle_function_url(down, event({"command": "jobs.list"}))
 

@@ -6,7 +6,7 @@ from uuid import UUID
 
 import pytest
 
-from tests.support import outbox_event
+from tests.support import PUBLIC_V4, PUBLIC_V6, FakeResolver, outbox_event
 from tollgate.core.clock import SystemClock, new_id
 from tollgate.delivery.deliveries import WebhookDispatcher, delivery_id_for
 from tollgate.events import EXTRACTION_FAILED, ExtractionCompleted
@@ -16,6 +16,17 @@ from tollgate_dev.local.client import ApiClient
 pytestmark = pytest.mark.integration
 
 URL = "https://erp.example.com/hooks/tollgate"
+# The DNS the strict stack's registration asks; a name not listed does not exist.
+DNS = {
+    "erp.example.com": [PUBLIC_V4],
+    "erp2.example.com": [PUBLIC_V4, PUBLIC_V6],
+    "internal.example": ["10.0.0.7"],
+    "metadata.example": ["169.254.169.254"],
+    "mixed.example": [PUBLIC_V4, "fd00::1"],
+    "as112.example": ["2620:4f:8000::1"],
+    "xn--fa-hia.de": [PUBLIC_V4],
+    "fass.de": ["127.0.0.1"],
+}
 
 
 class RecordingStarter:
@@ -29,8 +40,13 @@ class RecordingStarter:
 
 
 @pytest.fixture
-def strict_stack(stack_factory, clean_db):
-    return stack_factory(webhooks_allow_private_targets=False)
+def resolver():
+    return FakeResolver(DNS, failing={"flaky.example"})
+
+
+@pytest.fixture
+def strict_stack(stack_factory, clean_db, resolver):
+    return stack_factory(webhooks_allow_private_targets=False, webhook_resolver=resolver)
 
 
 @pytest.fixture
@@ -91,6 +107,76 @@ def test_bad_registrations_are_refused_and_write_nothing(client, body, status):
     assert response.status == status
     assert response.header("Content-Type") == "application/problem+json"
     assert client.request("GET", "/webhook-endpoints").json["items"] == []
+
+
+REFUSED_URLS = {
+    "metadata-literal": ("https://169.254.169.254/latest/meta-data/", "instance metadata"),
+    "loopback-ssh": ("https://127.0.0.1:22/", "port 22 is not allowed"),
+    "loopback-unprivileged": ("https://127.0.0.1:8443/", "loopback"),
+    "loopback-decimal": ("https://2130706433/", "loopback"),
+    "v6-loopback": ("https://[::1]/", "loopback"),
+    "v4-mapped-private": ("https://[::ffff:10.1.2.3]/", "private"),
+    "nat64-metadata": ("https://[64:ff9b::a9fe:a9fe]/", "169.254.169.254"),
+    "6to4-loopback": ("https://[2002:7f00:1::1]/", "127.0.0.1"),
+    "localhost": ("https://localhost/", "localhost"),
+    "crlf": ("https://erp.example.com/hooks\r\nX-Injected: 1", "control characters"),
+    "lf-in-host": ("https://erp.exam\nple.com/", "control characters"),
+    "c1-control": ("https://erp.example.com/\u0085", "control characters"),
+    "privileged-port": ("https://erp.example.com:25/", "port 25 is not allowed"),
+    "userinfo": ("https://erp.example.com@169.254.169.254/", "userinfo"),
+    "private-by-dns": ("https://internal.example/", "resolves to 10.0.0.7"),
+    "metadata-by-dns": ("https://metadata.example/", "instance metadata"),
+    "one-private-answer": ("https://mixed.example/", "resolves to fd00::1"),
+    "as112-v6-by-dns": ("https://as112.example/", "AS112"),
+    "no-such-name": ("https://nowhere.example/", "did not resolve"),
+    "bad-a-label": ("https://xn--zz.example/", "not a valid internationalized name"),
+    "fragment": ("https://erp.example.com/hooks#top", "fragment"),
+}
+
+
+@pytest.mark.parametrize(("url", "reason"), REFUSED_URLS.values(), ids=REFUSED_URLS.keys())
+def test_a_url_the_sender_would_refuse_is_a_422_naming_the_field(client, url, reason):
+    created = client.request("POST", "/webhook-endpoints", json_body={"url": url})
+    endpoint_id = register(client).json["endpoint_id"]
+    updated = client.request("PATCH", f"/webhook-endpoints/{endpoint_id}", json_body={"url": url})
+
+    for response in (created, updated):
+        assert response.status == 422, response.body
+        assert response.header("Content-Type") == "application/problem+json"
+        assert response.json["type"].endswith("validation-failed")
+        assert reason in response.json["detail"], response.json
+        assert [e["loc"] for e in response.json["errors"]] == [["body", "url"]]
+    assert [e["url"] for e in client.request("GET", "/webhook-endpoints").json["items"]] == [URL]
+
+
+def test_a_public_name_is_registered_and_looked_up_in_its_idna2008_form(client, resolver):
+    erp2 = client.request("POST", "/webhook-endpoints", json_body={"url": "https://erp2.example.com/h"})
+    # faß.de is asked as xn--fa-hia.de (IDNA2008); IDNA2003 would have asked fass.de, another domain.
+    german = client.request("POST", "/webhook-endpoints", json_body={"url": "https://faß.de/hooks"})
+
+    assert (erp2.status, german.status) == (201, 201), (erp2.body, german.body)
+    assert german.json["url"] == "https://faß.de/hooks"
+    assert resolver.calls == ["erp2.example.com", "xn--fa-hia.de"]
+
+
+def test_a_resolver_that_fails_to_answer_is_a_503_with_retry_after_and_writes_nothing(client):
+    response = client.request("POST", "/webhook-endpoints", json_body={"url": "https://flaky.example/h"})
+
+    assert response.status == 503, response.body
+    assert response.header("Retry-After") == "5"
+    assert client.request("GET", "/webhook-endpoints").json["items"] == []
+
+
+def test_local_development_registers_private_targets_without_asking_dns(stack_factory, clean_db, tenant):
+    resolver = FakeResolver()
+    local = ApiClient(
+        stack_factory(webhooks_allow_private_targets=True, webhook_resolver=resolver).api_url, tenant.api_key
+    )
+
+    for url in ("http://127.0.0.1:9/pending", "https://[::1]:8443/", "http://erp.internal:8081/erp"):
+        assert local.request("POST", "/webhook-endpoints", json_body={"url": url}).status == 201, url
+    assert local.request("POST", "/webhook-endpoints", json_body={"url": "http://a/\r\n"}).status == 422
+    assert resolver.calls == []
 
 
 @pytest.mark.parametrize(

@@ -95,3 +95,22 @@ def test_a_context_cached_from_before_scopes_holds_every_scope_as_its_key_does()
 
     tenant_id = uuid4()
     assert authenticated_tenant(_event({"tenant_id": str(tenant_id)}), Scope.WEBHOOKS_ADMIN) == tenant_id
+
+
+def test_the_tenants_usage_key_goes_to_api_gateway_for_its_usage_plan():
+    key = mint_api_key()
+    principal = Principal(uuid4(), uuid4(), usage_key="k" * 40)
+
+    policy = authorize_request(KnownKeys({key: principal}), f"Bearer {key}", ARN)
+
+    assert policy["usageIdentifierKey"] == "k" * 40
+    # Not in the context: the API Lambda has no use for it, and access logs record the context.
+    assert "k" * 40 not in policy["context"].values()
+
+
+def test_a_tenant_without_a_usage_key_gets_a_policy_without_one():
+    key = mint_api_key()
+
+    policy = authorize_request(KnownKeys({key: Principal(uuid4(), uuid4())}), f"Bearer {key}", ARN)
+
+    assert "usageIdentifierKey" not in policy

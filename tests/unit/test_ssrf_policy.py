@@ -7,39 +7,29 @@ the trap must see zero connections.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import socket
 import ssl
 from collections.abc import Iterator, Sequence
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from tests.support import Trap
+from tests.support import PUBLIC_V4, PUBLIC_V6, FakeResolver, Trap
 from tollgate.delivery.sender import DeliveryError, SenderLimits, WebhookSender
 from tollgate.delivery.ssrf import (
     IPAddress,
     ResolutionFailed,
     TargetRefused,
     check_url,
+    parse_url,
     refusal_reason,
 )
 
-PUBLIC_V4 = "93.184.215.14"  # never contacted: tests route or refuse before any connection
-PUBLIC_V6 = "2606:2800:21f:cb07:6820:80da:af6b:8b2c"
 # Loading the system trust store takes ~50 ms; one context serves every sender here.
 TLS = ssl.create_default_context()
-
-
-class FakeResolver:
-    def __init__(self, answers: dict[str, Sequence[str]]) -> None:
-        self.answers = answers
-        self.calls: list[str] = []
-
-    def __call__(self, host: str, port: int) -> Sequence[str]:
-        self.calls.append(host)
-        if host not in self.answers:
-            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-        return self.answers[host]
 
 
 class RoutingConnector:
@@ -113,6 +103,12 @@ REFUSED: list[tuple[str, str, str]] = [
     ("test-net-2", "https://198.51.100.7:{port}/", "documentation"),
     ("test-net-3", "https://203.0.113.9:{port}/", "documentation"),
     ("benchmarking", "https://198.18.0.1:{port}/", "benchmarking"),
+    # AS112 DNS sinks: one rule for both families (see the table in ssrf)
+    ("as112-v4", "https://192.31.196.1:{port}/", "AS112"),
+    ("as112-v4-direct", "https://192.175.48.6:{port}/", "AS112 direct delegation"),
+    ("as112-v6", "https://[2620:4f:8000::6]:{port}/", "AS112-v6"),
+    ("as112-v6-direct", "https://[2001:4:112::1]:{port}/", "AS112-v6 direct delegation"),
+    ("as112-v4-mapped", "https://[::ffff:192.175.48.1]:{port}/", "embedding 192.175.48.1, which is AS112"),
     # IPv6
     ("v6-loopback", "https://[::1]:{port}/", "loopback"),
     ("v6-unspecified", "https://[::]:{port}/", "unspecified"),
@@ -148,6 +144,22 @@ REFUSED: list[tuple[str, str, str]] = [
     ("userinfo-confusion", "https://public.example@127.0.0.1:{port}/", "userinfo"),
     ("backslash-confusion", "https://public.example\\@127.0.0.1:{port}/", "backslashes"),
     ("whitespace", "https://public.example:{port}/a b", "whitespace"),
+    ("crlf-in-path", "https://public.example:{port}/a\r\nX-Injected: 1", "control characters"),
+    ("lf-in-host", "https://public.exa\nmple:{port}/", "control characters"),
+    ("tab-in-query", "https://public.example:{port}/?a=\t", "control characters"),
+    ("nul", "https://public.example:{port}/\x00", "control characters"),
+    ("c1-next-line", "https://public.example:{port}/\x85", "control characters"),
+    ("del", "https://public.example:{port}/\x7f", "control characters"),
+    # host names: IDNA2008 refuses what IDNA2003 let through, and a full-width spelling is still loopback
+    ("idna-bad-a-label", "https://xn--zz.example:{port}/", "not a valid internationalized name"),
+    ("idna-disallowed-symbol", "https://\u2665.example:{port}/", "not a valid internationalized name"),
+    ("idna-joiner", "https://foo\u200d.example:{port}/", "not a valid internationalized name"),
+    ("empty-label", "https://public..example:{port}/", "not a host name"),
+    (
+        "fullwidth-loopback",
+        "https://\uff11\uff12\uff17\uff0e\uff10\uff0e\uff10\uff0e\uff11:{port}/",
+        "loopback",
+    ),
     ("smtp-port", "https://public.example:25/", "port 25 is not allowed"),
     ("port-zero", "https://public.example:0/", "not a TCP port"),
     ("port-out-of-range", "https://public.example:70000/", "does not parse"),
@@ -299,9 +311,62 @@ def test_the_sender_reports_a_dns_failure_without_connecting(trap: Trap) -> None
         ("64:ff9b:1::1", False),
         ("100::1", False),
         ("3fff::1", False),
+        # AS112, both families, and the addresses just outside each block
+        ("192.31.196.1", False),
+        ("192.175.48.42", False),
+        ("2620:4f:8000::42", False),
+        ("2001:4:112::42", False),
+        ("192.31.197.1", True),
+        ("192.175.49.1", True),
+        ("2620:4f:8001::1", True),
     ],
 )
 def test_address_classification_at_the_edges(address: str, public: bool) -> None:
     reason = refusal_reason(ipaddress.ip_address(address))
 
     assert (reason is None) is public, reason
+
+
+@pytest.mark.parametrize(
+    ("url", "host"),
+    [
+        ("https://faß.de/", "xn--fa-hia.de"),  # IDNA2008: not the IDNA2003 fass.de, another domain
+        ("https://FAß.DE/", "xn--fa-hia.de"),
+        ("https://faß.de./", "xn--fa-hia.de"),
+        ("https://XN--FA-HIA.DE/", "xn--fa-hia.de"),
+        ("https://Bücher.Example./", "xn--bcher-kva.example"),
+        ("https://\uff25\uff38\uff21\uff2d\uff30\uff2c\uff25.com/", "example.com"),  # full width
+        ("https://ERP.Example.COM./", "erp.example.com"),
+        ("https://my_erp.example/", "my_erp.example"),  # legal in DNS; plain ASCII names skip IDNA
+    ],
+)
+def test_hosts_are_normalized_with_idna2008_for_the_resolver_and_the_tls_name(url: str, host: str) -> None:
+    resolver = FakeResolver(default=[PUBLIC_V4])
+
+    target = check_url(url, resolver=resolver)
+
+    assert target.host == host
+    assert resolver.calls == [host]
+    assert target.host_header == host
+
+
+def test_a_resolver_failure_is_temporary_and_no_such_name_is_not() -> None:
+    resolver = FakeResolver({"empty.example": []}, failing={"flaky.example"})
+
+    with pytest.raises(ResolutionFailed) as missing:
+        check_url("https://nowhere.example/", resolver=resolver)
+    with pytest.raises(ResolutionFailed) as empty:
+        check_url("https://empty.example/", resolver=resolver)
+    with pytest.raises(ResolutionFailed) as flaky:
+        check_url("https://flaky.example/", resolver=resolver)
+
+    assert (missing.value.temporary, empty.value.temporary, flaky.value.temporary) == (False, False, True)
+
+
+@given(host=st.text(max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_any_host_text_is_either_a_target_or_a_refusal_never_another_error(host: str) -> None:
+    # Registration answers 422 for TargetRefused; any other exception from a tenant's URL would be a 500.
+    for url in (f"https://{host}/", f"https://{host}.de:8443/x"):
+        with contextlib.suppress(TargetRefused):
+            parse_url(url)

@@ -128,7 +128,11 @@ ScopeOption = Annotated[
 
 @tenants_app.command("create")
 def tenants_create(name: str, scope: ScopeOption = None, data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
-    """Create a tenant and print its API key (shown this once, never stored)."""
+    """Create a tenant and print its API key (shown this once, never stored).
+
+    With USAGE_PLAN_ID (the stage's ApiStack output UsagePlanId) the tenant also gets its API Gateway key on
+    that usage plan, which a stage that enforces usage plans needs. With --stage, the stage's operations
+    function does both (its stack sets USAGE_PLAN_ID)."""
     from tollgate.ops import models as ops
 
     created = _in_stage(ops.CreateTenant, ops.TenantCreated, name=name, scopes=scope)
@@ -140,22 +144,54 @@ def tenants_create(name: str, scope: ScopeOption = None, data_dir: DataDir = DEF
     from tollgate.core.errors import TollgateError
     from tollgate.db import build_database
     from tollgate.db.migrations import apply_migrations
+    from tollgate.settings import TenantProvisioningSettings
     from tollgate.tenants.keys import ALL_SCOPES, create_tenant, parse_scopes
+    from tollgate.wiring import build_usage_plan
 
     url = _database_url(data_dir)
+    usage_plan = build_usage_plan(TenantProvisioningSettings())
     apply_migrations(url, MIGRATIONS_DIR)
     db = build_database(DatabaseSettings(database_url=SecretStr(url), database_role="tollgate_system"))
     try:
         scopes = parse_scopes(scope) if scope else ALL_SCOPES
-        tenant = create_tenant(db, name, new_id, scopes=scopes)
+        tenant = create_tenant(db, name, new_id, scopes=scopes, usage_plan=usage_plan)
     except TollgateError as error:
         console.print(f"[red]{error.detail}[/red]")
         raise typer.Exit(2) from None
     finally:
         db.close()
     notes.print(f"tenant {tenant.name} ({tenant.tenant_id})", highlight=False)
+    if tenant.usage_key_id is None:
+        notes.print(
+            "no USAGE_PLAN_ID: the tenant has no usage-plan key (right locally; a deployed stage that "
+            "enforces usage plans answers it 403 until `tollgate tenants sync-usage-keys` runs with "
+            "USAGE_PLAN_ID)",
+            highlight=False,
+        )
     # The key alone on stdout, so scripts can capture it: API_KEY=$(tollgate tenants create acme)
     print(tenant.api_key)
+
+
+@tenants_app.command("sync-usage-keys")
+def tenants_sync_usage_keys(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
+    """Give every tenant without one its API Gateway key on the usage plan USAGE_PLAN_ID names (tenants made
+    before usage-plan keys, or without USAGE_PLAN_ID). Safe to run again."""
+    from tollgate.db import build_database
+    from tollgate.settings import TenantProvisioningSettings
+    from tollgate.tenants.usage_keys import sync_usage_keys
+    from tollgate.wiring import build_usage_plan
+
+    settings = TenantProvisioningSettings()
+    if settings.usage_plan_id is None:
+        notes.print("[red]USAGE_PLAN_ID is not set: it is the stage's ApiStack output UsagePlanId[/red]")
+        raise typer.Exit(2)
+    url = _database_url(data_dir)
+    db = build_database(DatabaseSettings(database_url=SecretStr(url), database_role="tollgate_system"))
+    try:
+        synced = sync_usage_keys(db, build_usage_plan(settings))
+    finally:
+        db.close()
+    console.print(f"{len(synced)} tenant(s) got a usage-plan key", highlight=False)
 
 
 @tenants_app.command("add-supplier")

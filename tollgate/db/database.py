@@ -12,6 +12,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -49,7 +50,9 @@ def powertools_secret_loader(max_age_seconds: int = SECRET_MAX_AGE_SECONDS) -> S
     return load
 
 
-def conninfo_from_secret(raw: str | bytes | Mapping[str, Any], *, host: str | None = None) -> str:
+def conninfo_from_secret(
+    raw: str | bytes | Mapping[str, Any], *, ca_bundle: Path, host: str | None = None
+) -> str:
     """A libpq connection string from an RDS secret (username, password, host, port, dbname).
 
     ``host`` replaces the secret's own (the cluster's), to go through RDS Proxy instead.
@@ -61,8 +64,11 @@ def conninfo_from_secret(raw: str | bytes | Mapping[str, Any], *, host: str | No
         dbname=secret.get("dbname", "postgres"),
         user=secret["username"],
         password=secret["password"],
-        # The secret path is the deployed one: Aurora and RDS Proxy, both reached over TLS only.
-        sslmode="require",
+        # The secret path is the deployed one. verify-full: the server's certificate must chain to a CA in
+        # the bundle and name the host we asked for; `require` would encrypt to whoever answered, so
+        # anything able to redirect the connection could read the password and every tenant's data.
+        sslmode="verify-full",
+        sslrootcert=str(ca_bundle),
     )
 
 
@@ -77,9 +83,12 @@ class SecretConninfo:
     connections at once this may read the secret once more than needed, which is harmless.
     """
 
-    def __init__(self, secret_id: str, loader: SecretLoader, *, host: str | None = None) -> None:
+    def __init__(
+        self, secret_id: str, loader: SecretLoader, *, ca_bundle: Path, host: str | None = None
+    ) -> None:
         self._secret_id = secret_id
         self._loader = loader
+        self._ca_bundle = ca_bundle
         self._host = host
         self._lock = threading.Lock()
         self._login_pending = False
@@ -93,7 +102,8 @@ class SecretConninfo:
 
     def read(self, *, force_fetch: bool = False) -> str:
         """The connection string as the secret has it now (or as the loader's cache does)."""
-        return conninfo_from_secret(self._loader(self._secret_id, force_fetch=force_fetch), host=self._host)
+        secret = self._loader(self._secret_id, force_fetch=force_fetch)
+        return conninfo_from_secret(secret, ca_bundle=self._ca_bundle, host=self._host)
 
     def logged_in(self, conn: Conn) -> None:
         """The pool's ``configure`` callback, called for each new connection: its credentials worked."""
@@ -105,7 +115,10 @@ def secret_conninfo(settings: DatabaseSettings, loader: SecretLoader | None = No
     if settings.database_secret_arn is None:
         raise ValueError("the database secret path needs DATABASE_SECRET_ARN")
     return SecretConninfo(
-        settings.database_secret_arn, loader or powertools_secret_loader(), host=settings.database_host
+        settings.database_secret_arn,
+        loader or powertools_secret_loader(),
+        ca_bundle=settings.ca_bundle,
+        host=settings.database_host,
     )
 
 

@@ -1,7 +1,9 @@
 """Tenants' webhook endpoints: register (the secret is shown once), list, update, delete, rotate secrets.
 
-URLs are HTTPS only, taken from the tenant's registration and never from a job. Whether a URL's host is a
-public address is checked again at every send (DNS can change); registration refuses what is plainly wrong.
+URLs are HTTPS only, taken from the tenant's registration and never from a job. Registration applies the
+sender's policy (``ssrf.check_url``) and resolves the name, so a URL that could never be sent to is refused
+with a 422 there instead of burning a delivery's retry schedule; the sender checks again at every send,
+because DNS can change.
 """
 
 from __future__ import annotations
@@ -17,12 +19,22 @@ from uuid import UUID
 from pydantic import BaseModel, Field, StringConstraints, field_validator
 
 from tollgate.core.clock import Clock, IdFactory
-from tollgate.core.errors import NotFound, ValidationFailed
+from tollgate.core.errors import DependencyUnavailable, NotFound, ValidationFailed
 from tollgate.core.models import Strict
 from tollgate.db import Database
+from tollgate.delivery.ssrf import (
+    ResolutionFailed,
+    Resolver,
+    TargetRefused,
+    check_url,
+    parse_url,
+    system_resolver,
+)
 from tollgate.events import DEFAULT_SUBSCRIPTION, WEBHOOK_EVENT_TYPES
 
 ROTATION_GRACE = timedelta(hours=24)
+# A resolver that could not answer (not one that said "no such name") is worth asking again shortly.
+RESOLVER_RETRY_AFTER_SECONDS = 5
 
 # Exactly the outcome events an endpoint can receive, from the events module's one list.
 EventType = Annotated[
@@ -80,22 +92,35 @@ class EndpointList(BaseModel):
     items: list[EndpointView]
 
 
-def check_endpoint_url(url: str, allow_private_targets: bool) -> str:
-    """The registration-time check of an endpoint URL; the sender checks the resolved target again."""
-    parts = urlsplit(url)
-    schemes = {"https", "http"} if allow_private_targets else {"https"}
-    problems = []
-    if parts.scheme not in schemes:
-        problems.append("the URL must use https")
-    if not parts.hostname:
-        problems.append("the URL needs a host")
-    if parts.username or parts.password:
-        problems.append("the URL must not carry credentials")
-    if parts.fragment:
-        problems.append("the URL must not have a fragment")
-    if problems:
+def check_endpoint_url(url: str, *, allow_private_targets: bool, resolver: Resolver = system_resolver) -> str:
+    """The registration-time check of an endpoint URL: the sender's own policy, with the name resolved now.
+
+    Refused with a 422 naming ``url``: whatever the sender would refuse (a non-public literal address in any
+    spelling, a name with any non-public address, userinfo, control characters, a port below 1024 other than
+    443, anything but https), and a name that does not exist or has no address, since nothing could ever be
+    delivered to it. A resolver that fails to answer is ours to fix, not the tenant's: 503 with Retry-After.
+    Local development (``allow_private_targets``) checks the shape only and never asks DNS.
+    """
+    problem: str | None = None
+    try:
+        if allow_private_targets:
+            parse_url(url, allow_private_targets=True)
+        else:
+            check_url(url, resolver=resolver)
+    except TargetRefused as exc:
+        problem = exc.reason
+    except ResolutionFailed as exc:
+        if exc.temporary:
+            raise DependencyUnavailable(
+                f"the URL's host could not be resolved just now: {exc.reason}",
+                retry_after=RESOLVER_RETRY_AFTER_SECONDS,
+            ) from exc
+        problem = f"{exc.reason}; register a name that resolves to a public address"
+    if problem is None and urlsplit(url).fragment:
+        problem = "the URL must not have a fragment"
+    if problem is not None:
         raise ValidationFailed(
-            "; ".join(problems), errors=[{"loc": ["body", "url"], "type": "url", "msg": p} for p in problems]
+            f"url: {problem}", errors=[{"loc": ["body", "url"], "type": "url", "msg": problem}]
         )
     return url
 
@@ -108,21 +133,29 @@ class EndpointDeps:
     new_secret: Callable[[], str]
     # Local development only: lets the demo's receiver on 127.0.0.1 be registered over plain http.
     allow_private_targets: bool = False
+    # Host name to addresses, asked at registration (tests pass an in-memory one).
+    resolver: Resolver = system_resolver
 
 
 def _view(row: dict[str, Any]) -> EndpointView:
     return EndpointView.model_validate(row)
 
 
+def _checked_url(deps: EndpointDeps, url: str) -> str:
+    return check_endpoint_url(url, allow_private_targets=deps.allow_private_targets, resolver=deps.resolver)
+
+
 def create_endpoint(deps: EndpointDeps, tenant_id: UUID, request: EndpointCreate) -> EndpointWithSecret:
     db, secret = deps.db, deps.new_secret()
+    # Checked before the transaction: a DNS lookup must not hold a pooled connection.
+    url = _checked_url(deps, request.url)
     with db.transaction(tenant_id) as conn:
         row = conn.execute(
             db.q.insert_endpoint,
             {
                 "endpoint_id": deps.new_id(),
                 "tenant_id": tenant_id,
-                "url": check_endpoint_url(request.url, deps.allow_private_targets),
+                "url": url,
                 "description": request.description,
                 "event_types": request.event_types,
                 "secret": secret,
@@ -167,15 +200,14 @@ def update_endpoint(
     deps: EndpointDeps, tenant_id: UUID, endpoint_id: UUID, request: EndpointUpdate
 ) -> EndpointView:
     db = deps.db
+    url = _checked_url(deps, request.url) if request.url is not None else None
     with db.transaction(tenant_id) as conn:
         row = conn.execute(
             db.q.update_endpoint,
             {
                 "tenant_id": tenant_id,
                 "endpoint_id": endpoint_id,
-                "url": check_endpoint_url(request.url, deps.allow_private_targets)
-                if request.url is not None
-                else None,
+                "url": url,
                 "description": request.description,
                 "event_types": sorted(set(request.event_types)) if request.event_types else None,
                 "enabled": request.enabled,

@@ -15,9 +15,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import idna
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], Sequence[str]]
-"""Host and port to the addresses a connection would use, as strings; raises ``OSError`` on failure."""
+"""Host and port to the addresses a connection would use, as strings. Raises ``socket.gaierror`` with
+EAI_NONAME or EAI_NODATA when the name has no address, another ``OSError`` when it could not find out."""
 
 MAX_URL_LENGTH = 2048
 HTTPS_PORT = 443
@@ -36,7 +39,27 @@ class TargetRefused(Exception):
 
 
 class ResolutionFailed(Exception):
-    """The host name did not resolve; nothing was refused, but there is nothing to call either."""
+    """The host name did not resolve; nothing was refused, but there is nothing to call either.
+
+    ``temporary`` is true when the resolver itself failed (no answer in time, a server failure) rather than
+    saying the name has no addresses: the same question may well be answered a moment later.
+    """
+
+    def __init__(self, reason: str, *, temporary: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.temporary = temporary
+
+
+@dataclass(frozen=True)
+class ParsedTarget:
+    """A URL whose shape passed the policy: scheme, normalized host, port and, for a literal, its address."""
+
+    scheme: str
+    host: str  # ASCII (IDNA2008) name or canonical IP
+    port: int
+    request_target: str
+    address: IPAddress | None  # the checked literal address; None when the host is a name
 
 
 @dataclass(frozen=True)
@@ -69,10 +92,21 @@ def check_url(
     url: str, *, allow_private_targets: bool = False, resolver: Resolver = system_resolver
 ) -> CheckedTarget:
     """Parses, normalizes and checks ``url``; raises ``TargetRefused`` or ``ResolutionFailed``."""
+    parsed = parse_url(url, allow_private_targets=allow_private_targets)
+    if parsed.address is not None:
+        addresses: tuple[IPAddress, ...] = (parsed.address,)
+    else:
+        addresses = _resolve(parsed.host, parsed.port, resolver, allow_private_targets)
+    return CheckedTarget(parsed.scheme, parsed.host, parsed.port, parsed.request_target, addresses)
+
+
+def parse_url(url: str, *, allow_private_targets: bool = False) -> ParsedTarget:
+    """Everything ``check_url`` decides without asking DNS: the URL's shape, its host in ASCII form, and a
+    literal address's class. Raises ``TargetRefused``."""
     if len(url) > MAX_URL_LENGTH:
         raise TargetRefused(f"the URL is longer than {MAX_URL_LENGTH} characters")
     # urlsplit and the receiver's parser disagree about whitespace, control characters and backslashes;
-    # refusing them leaves no room for a parser differential.
+    # refusing them leaves no room for a parser differential (a CR or LF would also split a request line).
     if _UNSAFE_URL_CHARS.search(url):
         raise TargetRefused("the URL holds whitespace, control characters or backslashes")
     try:
@@ -93,11 +127,10 @@ def check_url(
     literal = _ip_literal(host)
     if literal is not None:
         address = literal if allow_private_targets else check_address(literal)
-        return CheckedTarget(scheme, str(address), port, request_target, (address,))
+        return ParsedTarget(scheme, str(address), port, request_target, address)
     if not allow_private_targets and (host == "localhost" or host.endswith(".localhost")):
         raise TargetRefused("localhost names always mean loopback (RFC 6761)")
-    addresses = _resolve(host, port, resolver, allow_private_targets)
-    return CheckedTarget(scheme, host, port, request_target, addresses)
+    return ParsedTarget(scheme, host, port, request_target, None)
 
 
 def check_address(address: IPAddress, host: str | None = None) -> IPAddress:
@@ -182,8 +215,16 @@ def _checked_port(port: int | None, scheme: str, allow_private_targets: bool) ->
 def _resolve(host: str, port: int, resolver: Resolver, allow_private_targets: bool) -> tuple[IPAddress, ...]:
     try:
         answers = resolver(host, port)
-    except (OSError, UnicodeError) as exc:
+    except socket.gaierror as exc:
+        # Only "no such name" and "no address for it" are the DNS's answer; anything else is the resolver
+        # failing to get one.
+        raise ResolutionFailed(
+            f"{host} did not resolve: {exc}", temporary=exc.errno not in _NO_SUCH_NAME
+        ) from exc
+    except UnicodeError as exc:
         raise ResolutionFailed(f"{host} did not resolve: {exc}") from exc
+    except OSError as exc:
+        raise ResolutionFailed(f"{host} did not resolve: {exc}", temporary=True) from exc
     addresses: list[IPAddress] = []
     for answer in answers:
         try:
@@ -212,14 +253,24 @@ def _normalize_host(netloc: str, hostname: str | None) -> str:
         except ValueError as exc:
             raise TargetRefused("brackets in the host hold something other than an IPv6 address") from exc
         return hostname
-    try:
-        ascii_host = hostname.encode("idna").decode("ascii") if not hostname.isascii() else hostname
-    except UnicodeError as exc:
-        raise TargetRefused("the host name is not a valid internationalized name") from exc
-    ascii_host = ascii_host.lower().removesuffix(".")
+    ascii_host = _ascii_name(hostname).removesuffix(".")
     if len(ascii_host) > 253 or not all(_LABEL.fullmatch(label) for label in ascii_host.split(".")):
         raise TargetRefused(f"{hostname!r} is not a host name")
     return ascii_host
+
+
+def _ascii_name(hostname: str) -> str:
+    """The name as DNS is asked for it: IDNA2008 with UTS #46 mapping, non-transitional, so ``faß.de`` is
+    ``xn--fa-hia.de`` (as browsers and registries use it), never the IDNA2003 ``fass.de``, a different
+    domain that someone else may hold. Plain ASCII names are only lower-cased, so a name with an underscore
+    (legal in DNS, not in IDNA) still works; an ``xn--`` label is checked to be a valid A-label."""
+    lowered = hostname.lower()
+    if lowered.isascii() and not any(label.startswith("xn--") for label in lowered.split(".")):
+        return lowered
+    try:
+        return idna.encode(hostname, uts46=True, transitional=False, std3_rules=True).decode("ascii")
+    except idna.IDNAError as exc:
+        raise TargetRefused(f"the host name is not a valid internationalized name: {exc}") from exc
 
 
 def _ip_literal(host: str) -> IPAddress | None:
@@ -265,10 +316,17 @@ def _ipv4_part(label: str, host: str) -> int:
         raise TargetRefused(f"{host!r} looks like an IPv4 address but {label!r} is not a number") from exc
 
 
-_UNSAFE_URL_CHARS = re.compile(r"[\x00-\x20\x7f\\]")
+# C0 controls, space, DEL, backslash and the C1 controls (U+0080 to U+009F).
+_UNSAFE_URL_CHARS = re.compile(r"[\x00-\x20\x7f-\x9f\\]")
+_NO_SUCH_NAME = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)}
 _LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
 _NUMERIC_LABEL = re.compile(r"[0-9]+|0[xX][0-9a-fA-F]*")
 
+# AS112 (RFC 7534, RFC 7535): 192.31.196.0/24 and 192.175.48.0/24, 2620:4f:8000::/48 and 2001:4:112::/48
+# are refused in both families. IANA's special-purpose registry marks them globally reachable, and they are,
+# but only as anycast sinks for stray DNS queries, run by whoever volunteers nearest the sender: no tenant's
+# receiver lives there, and a request to one reaches an operator nobody chose. Nothing legitimate is lost by
+# refusing them, and one rule for both families keeps a name from passing over IPv6 what IPv4 refuses.
 _IPV4_BLOCKED: tuple[tuple[ipaddress.IPv4Network, str], ...] = tuple(
     (ipaddress.IPv4Network(cidr), why)
     for cidr, why in (
@@ -283,11 +341,11 @@ _IPV4_BLOCKED: tuple[tuple[ipaddress.IPv4Network, str], ...] = tuple(
         ("172.16.0.0/12", "private (RFC 1918)"),
         ("192.0.0.0/24", "IETF protocol assignments"),
         ("192.0.2.0/24", "documentation (TEST-NET-1)"),
-        ("192.31.196.0/24", "AS112"),
+        ("192.31.196.0/24", "AS112 (a DNS sink, not a webhook receiver)"),
         ("192.52.193.0/24", "AMT"),
         ("192.88.99.0/24", "the deprecated 6to4 relay anycast"),
         ("192.168.0.0/16", "private (RFC 1918)"),
-        ("192.175.48.0/24", "AS112 direct delegation"),
+        ("192.175.48.0/24", "AS112 direct delegation (a DNS sink, not a webhook receiver)"),
         ("198.18.0.0/15", "benchmarking (RFC 2544)"),
         ("198.51.100.0/24", "documentation (TEST-NET-2)"),
         ("203.0.113.0/24", "documentation (TEST-NET-3)"),
@@ -307,6 +365,8 @@ _IPV6_BLOCKED: tuple[tuple[ipaddress.IPv6Network, str], ...] = tuple(
         ("::ffff:0:0:0/96", "IPv4-translated (SIIT)"),
         ("64:ff9b:1::/48", "local-use NAT64"),
         ("100::/64", "discard-only"),
+        ("2620:4f:8000::/48", "AS112-v6 (a DNS sink, not a webhook receiver)"),
+        ("2001:4:112::/48", "AS112-v6 direct delegation (a DNS sink, not a webhook receiver)"),
         ("2001::/32", "Teredo"),
         ("2001:db8::/32", "documentation"),
         ("2001::/23", "IETF protocol assignments"),

@@ -39,6 +39,7 @@ from tollgate.support.service import SupportDeps
 from tollgate.tenants.keys import ALL_SCOPES, create_key, create_tenant, list_keys, parse_scopes, revoke_key
 from tollgate.tenants.retention import set_tenant_retention
 from tollgate.tenants.suppliers import add_supplier, find_tenant
+from tollgate.tenants.usage_keys import UsagePlan
 from tollgate.usage.service import get_usage, parse_usage_query, set_monthly_budget, utc_today
 
 T = TypeVar("T")
@@ -54,11 +55,13 @@ class Caller:
 
 @dataclass(frozen=True)
 class OpsDeps:
-    """The support dependencies (database, queues, dispatcher) and the review dependencies, built once per
-    process; each request gets a copy of ``support`` that names its caller."""
+    """The support dependencies (database, queues, dispatcher), the review dependencies and the usage plan
+    new tenants' API Gateway keys go on, built once per process; each request gets a copy of ``support``
+    that names its caller."""
 
     support: SupportDeps
     reviews: ReviewDeps
+    usage_plan: UsagePlan
 
     @property
     def db(self) -> Database:
@@ -130,14 +133,14 @@ def _scopes(names: list[str] | None) -> frozenset[Any]:
 # One function per command.
 
 
-def _create_tenant(deps: SupportDeps, _ops: OpsDeps, _caller: Caller, r: m.CreateTenant) -> m.TenantCreated:
+def _create_tenant(deps: SupportDeps, ops: OpsDeps, _caller: Caller, r: m.CreateTenant) -> m.TenantCreated:
     scopes = _scopes(r.scopes)
     tenant, audit_id = _audited(
         deps,
         "tenant_create",
         r.name,
         {"scopes": sorted(scopes)},
-        lambda: create_tenant(deps.db, r.name, deps.new_id, scopes=scopes),
+        lambda: create_tenant(deps.db, r.name, deps.new_id, scopes=scopes, usage_plan=ops.usage_plan),
     )
     return m.TenantCreated(
         tenant_id=tenant.tenant_id,

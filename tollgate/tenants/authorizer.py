@@ -26,7 +26,7 @@ def authorize_request(
     arn_parts = method_arn.split(":", 5)
     api_id, stage = arn_parts[5].split("/")[:2]
     resource = ":".join(arn_parts[:5]) + f":{api_id}/{stage}/*/*"
-    return {
+    policy: dict[str, Any] = {
         "principalId": str(principal.key_id),
         "policyDocument": {
             "Version": "2012-10-17",
@@ -39,3 +39,8 @@ def authorize_request(
             "scopes": " ".join(sorted(principal.scopes)),
         },
     }
+    # API Gateway meters, throttles and caps the tenant by the usage plan under this key. Without one (a
+    # tenant not yet synced) a stage that enforces usage plans answers 403; the handler logs it.
+    if principal.usage_key is not None:
+        policy["usageIdentifierKey"] = principal.usage_key
+    return policy

@@ -24,6 +24,7 @@ from tollgate.core.tiers import ServiceTier
 from tollgate.db import Database, build_database
 from tollgate.db.migrations import apply_migrations
 from tollgate.delivery.attempts import attempt_delivery
+from tollgate.delivery.ssrf import Resolver, system_resolver
 from tollgate.outbox.nudge import EventNudger
 from tollgate.outbox.relay import relay_outbox
 from tollgate.scheduler.tick import run_scheduler
@@ -126,6 +127,9 @@ class LocalStack:
     # of its own to drain on, while normal jobs (what most callers send) have both.
     worker_tiers: tuple[tuple[ServiceTier, ...], ...] = (("high", "normal"), ("normal", "batch"))
     worker_overrides: dict[str, Any] = field(default_factory=dict)
+    # How the API resolves webhook hosts at registration when private targets are not allowed; tests that
+    # run the strict policy pass an in-memory DNS so no query leaves the machine.
+    webhook_resolver: Resolver = system_resolver
     simulator_config: SimulatorConfig = field(default_factory=lambda: LOCAL_SIMULATOR)
     simulator: SimulatedProvider | None = None
     activity: threading.Condition = field(default_factory=threading.Condition)
@@ -184,7 +188,7 @@ class LocalStack:
         }
         api_settings = ApiSettings(database_url=url, documents_bucket=LOCAL_BUCKET, **overrides)
         relay_wake = EventNudger()
-        deps = build_api(api_settings, nudger=relay_wake)
+        deps = build_api(api_settings, nudger=relay_wake, webhook_resolver=self.webhook_resolver)
         self._closers.append(deps.acceptance.db.close)
         authorizer_settings = AuthorizerSettings(database_url=url)
         authorizer_db = build_database(authorizer_settings, pool_name="authorizer")

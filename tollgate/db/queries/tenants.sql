@@ -2,9 +2,20 @@
 -- master data its jobs are admitted and validated against.
 
 -- name: insert_tenant
-INSERT INTO tenants (tenant_id, name, allowed_currencies)
-VALUES (%(tenant_id)s, %(name)s, coalesce(%(allowed_currencies)s::text[], ARRAY['EUR', 'USD', 'GBP', 'CHF']))
+INSERT INTO tenants (tenant_id, name, allowed_currencies, usage_key_id, usage_key_value)
+VALUES (%(tenant_id)s, %(name)s, coalesce(%(allowed_currencies)s::text[], ARRAY['EUR', 'USD', 'GBP', 'CHF']),
+        %(usage_key_id)s, %(usage_key_value)s)
 ON CONFLICT (name) DO NOTHING
+RETURNING tenant_id
+
+-- name: tenants_without_usage_key
+-- Tenants made before usage-plan keys (migration 0018), or locally, oldest first.
+SELECT tenant_id, name FROM tenants WHERE usage_key_id IS NULL ORDER BY created_at, tenant_id
+
+-- name: set_tenant_usage_key
+-- Only where none is set: a second sync racing this one keeps the first key it stored.
+UPDATE tenants SET usage_key_id = %(usage_key_id)s, usage_key_value = %(usage_key_value)s
+WHERE tenant_id = %(tenant_id)s AND usage_key_id IS NULL
 RETURNING tenant_id
 
 -- name: find_tenant_by_name
@@ -23,7 +34,7 @@ INSERT INTO api_keys (key_id, tenant_id, key_hash, key_prefix, scopes)
 VALUES (%(key_id)s, %(tenant_id)s, %(key_hash)s, %(key_prefix)s, %(scopes)s)
 
 -- name: resolve_api_key
-SELECT tenant_id, key_id, scopes FROM resolve_api_key(%(key_hash)s)
+SELECT tenant_id, key_id, scopes, usage_key_value FROM resolve_api_key(%(key_hash)s)
 
 -- name: insert_supplier
 INSERT INTO tenant_suppliers (supplier_id, tenant_id, name, normalized_name, iban)
