@@ -380,3 +380,16 @@ def test_stage_mode_prints_what_local_mode_prints(args, deps, function, clean_db
 
     assert there.exit_code == here.exit_code == 0, there.output
     assert there.output == here.output
+
+
+def test_usage_keys_sync_through_the_function_with_its_own_plan(function, clean_db):
+    """Without a usage plan (as locally) nothing gets a key, and the request is audited under the caller."""
+    client = OpsClient(function.url, LOCAL_AWS_REGION, OPERATOR)
+
+    synced = client.call(ops.SyncUsageKeys(), ops.UsageKeysSynced)
+
+    assert synced.tenants == []
+    assert [row[1:] for row in audit_rows(clean_db)] == [
+        ("tenant_sync_usage_keys", "usage-plan", "requested"),
+        ("tenant_sync_usage_keys", "usage-plan", "done"),
+    ]

@@ -34,6 +34,7 @@ def test_the_brief_s_command_groups_are_all_there():
         "tenants.add-supplier",
         "tenants.set-retention",
         "tenants.budget",
+        "tenants.sync-usage-keys",
         "keys.create",
         "keys.list",
         "keys.revoke",

@@ -177,10 +177,15 @@ def tenants_sync_usage_keys(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
     """Give every tenant without one its API Gateway key on the usage plan USAGE_PLAN_ID names (tenants made
     before usage-plan keys, or without USAGE_PLAN_ID). Safe to run again."""
     from tollgate.db import build_database
+    from tollgate.ops import models as ops
     from tollgate.settings import TenantProvisioningSettings
     from tollgate.tenants.usage_keys import sync_usage_keys
     from tollgate.wiring import build_usage_plan
 
+    synced_there = _in_stage(ops.SyncUsageKeys, ops.UsageKeysSynced)
+    if synced_there is not None:
+        console.print(f"{len(synced_there.tenants)} tenant(s) got a usage-plan key", highlight=False)
+        return
     settings = TenantProvisioningSettings()
     if settings.usage_plan_id is None:
         notes.print("[red]USAGE_PLAN_ID is not set: it is the stage's ApiStack output UsagePlanId[/red]")

@@ -68,6 +68,10 @@ class SetBudget(Command):
     monthly_usd: Decimal | None = Field(ge=0, lt=Decimal(10) ** 8, allow_inf_nan=False)
 
 
+class SyncUsageKeys(Command):
+    command: Literal["tenants.sync-usage-keys"] = "tenants.sync-usage-keys"
+
+
 class CreateKey(Command):
     command: Literal["keys.create"] = "keys.create"
     tenant: Name
@@ -187,6 +191,7 @@ OpsRequest = Annotated[
     | AddSupplier
     | SetRetention
     | SetBudget
+    | SyncUsageKeys
     | CreateKey
     | ListKeys
     | RevokeKey
@@ -226,6 +231,13 @@ class KeyCreated(BaseModel):
     api_key: str
     key_prefix: str
     scopes: list[str]
+    audit_id: int
+
+
+class UsageKeysSynced(BaseModel):
+    """The tenants that got their API Gateway key on the stage's usage plan."""
+
+    tenants: list[UUID]
     audit_id: int
 
 
@@ -313,6 +325,7 @@ RESULTS: dict[str, type[BaseModel]] = {
     "tenants.add-supplier": Audited,
     "tenants.set-retention": Audited,
     "tenants.budget": Audited,
+    "tenants.sync-usage-keys": UsageKeysSynced,
     "keys.create": KeyCreated,
     "keys.list": KeyList,
     "keys.revoke": Audited,

@@ -39,7 +39,7 @@ from tollgate.support.service import SupportDeps
 from tollgate.tenants.keys import ALL_SCOPES, create_key, create_tenant, list_keys, parse_scopes, revoke_key
 from tollgate.tenants.retention import set_tenant_retention
 from tollgate.tenants.suppliers import add_supplier, find_tenant
-from tollgate.tenants.usage_keys import UsagePlan
+from tollgate.tenants.usage_keys import UsagePlan, sync_usage_keys
 from tollgate.usage.service import get_usage, parse_usage_query, set_monthly_budget, utc_today
 
 T = TypeVar("T")
@@ -188,6 +188,15 @@ def _set_budget(deps: SupportDeps, _ops: OpsDeps, _caller: Caller, r: m.SetBudge
     return m.Audited(audit_id=audit_id)
 
 
+def _sync_usage_keys(
+    deps: SupportDeps, ops: OpsDeps, _caller: Caller, _: m.SyncUsageKeys
+) -> m.UsageKeysSynced:
+    synced, audit_id = _audited(
+        deps, "tenant_sync_usage_keys", "usage-plan", {}, lambda: sync_usage_keys(deps.db, ops.usage_plan)
+    )
+    return m.UsageKeysSynced(tenants=synced, audit_id=audit_id)
+
+
 def _create_key(deps: SupportDeps, _ops: OpsDeps, _caller: Caller, r: m.CreateKey) -> m.KeyCreated:
     scopes = _scopes(r.scopes)
     tenant_id = find_tenant(deps.db, r.tenant)
@@ -333,6 +342,7 @@ _HANDLERS: dict[type[BaseModel], Callable[[SupportDeps, OpsDeps, Caller, Any], B
     m.AddSupplier: _add_supplier,
     m.SetRetention: _set_retention,
     m.SetBudget: _set_budget,
+    m.SyncUsageKeys: _sync_usage_keys,
     m.CreateKey: _create_key,
     m.ListKeys: _list_keys,
     m.RevokeKey: _revoke_key,
