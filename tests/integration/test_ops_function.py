@@ -393,3 +393,31 @@ def test_usage_keys_sync_through_the_function_with_its_own_plan(function, clean_
         ("tenant_sync_usage_keys", "usage-plan", "requested"),
         ("tenant_sync_usage_keys", "usage-plan", "done"),
     ]
+
+
+class _RecordingPlan:
+    """A usage plan that hands out keys and remembers whom it gave them to."""
+
+    def __init__(self) -> None:
+        self.attached: list[str] = []
+
+    def attach(self, tenant_id, tenant_name):
+        from tollgate.tenants.usage_keys import UsageKey
+
+        self.attached.append(tenant_name)
+        return UsageKey(key_id=f"key-{tenant_name}", value=f"value-{tenant_name}")
+
+
+def test_a_tenant_made_through_the_function_gets_its_key_on_the_stages_usage_plan(deps, clean_db):
+    plan = _RecordingPlan()
+
+    response = handle_function_url(
+        replace(deps, usage_plan=plan), event({"command": "tenants.create", "name": "acme"})
+    )
+
+    assert response["statusCode"] == 200
+    assert plan.attached == ["acme"]
+    with psycopg.connect(clean_db) as conn:
+        assert conn.execute("SELECT usage_key_id FROM tenants WHERE name = 'acme'").fetchone() == (
+            "key-acme",
+        )
