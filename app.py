@@ -21,6 +21,7 @@ from stacks.config import REPO_ROOT, StageConfig
 from stacks.data_stack import DataStack
 from stacks.delivery_stack import DeliveryStack
 from stacks.observability_stack import ObservabilityStack
+from stacks.ops_stack import OpsStack
 from stacks.pipeline_stack import PipelineStack
 from stacks.results_stack import ResultsStack
 from stacks.worker_stack import WorkerStack
@@ -109,6 +110,20 @@ def build_app(
         job_queues={name: pair.queue for name, pair in pipeline.job_queues.items()},
         relay_function=pipeline.relay_function,
         description=f"Tollgate {config.stage}: ECS Fargate worker, its scaling and the OpenAI key secret",
+    )
+    # People reach the stage's data only through this function (IAM-authenticated URL, in the VPC); it needs
+    # the database from Data, the job queues and DLQs from Pipeline, the dispatcher from Delivery and the
+    # usage plan tenants' keys go on from Api.
+    OpsStack(
+        app,
+        config.stack_name("Ops"),
+        config=config,
+        **database,
+        job_queues=pipeline.job_queues,
+        webhook_state_machine=delivery.state_machine,
+        documents_bucket=data.documents_exports,
+        usage_plan=api.usage_plan,
+        description=f"Tollgate {config.stage}: the operations function for support and admin commands",
     )
     ObservabilityStack(
         app,

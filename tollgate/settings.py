@@ -559,3 +559,9 @@ class SupportSettings(SupportDatabaseSettings, JobQueueSettings):
     def _every_type_has_a_dlq(self) -> SupportSettings:
         check_job_type_map("JOB_DLQ_URLS", self.job_dlq_urls, "dead-letter queue")
         return self
+
+
+class OpsSettings(SupportSettings, TenantProvisioningSettings):
+    """The operations Lambda (``tollgate --stage <stage> ...``): every support and admin command, inside the
+    VPC, as tollgate_system; the settings the support and tenants commands take, set by the stack instead of
+    a shell."""

@@ -28,6 +28,7 @@ from tollgate.review.service import ReviewDeps
 from tollgate.settings import (
     ApiSettings,
     AuthorizerSettings,
+    OpsSettings,
     RelaySettings,
     RetrySettings,
     SchedulerSettings,
@@ -41,6 +42,7 @@ from tollgate.tenants.keys import ApiKeyResolver
 from tollgate.tenants.usage_keys import ApiGatewayUsagePlan, NoUsagePlan, UsagePlan
 
 if TYPE_CHECKING:
+    import boto3
     from mypy_boto3_sqs import SQSClient
 
     from tollgate.core.metrics import MetricsSink
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
     from tollgate.execution.llm.client import LlmClient
     from tollgate.execution.worker import WorkerConfig
     from tollgate.ingress.consumer import IngressDeps
+    from tollgate.ops.service import OpsDeps
     from tollgate.outbox.eventbridge import PutEventsClient
     from tollgate.outbox.relay import Publisher, RelayDeps
     from tollgate.scheduler.tick import SchedulerDeps
@@ -334,6 +337,20 @@ def build_ingress(settings: WorkerSettings, db: Database | None = None) -> tuple
     )
 
 
+def _aws_session(aws: AwsEndpoint | None) -> boto3.session.Session:
+    """The default credential chain, or the given endpoint's keys (the local system's moto) without touching
+    the environment. boto3 is imported here so the Lambdas' wiring does not load it at init."""
+    import boto3
+
+    if aws is None:
+        return boto3.session.Session()
+    return boto3.session.Session(
+        aws_access_key_id=aws.access_key_id,
+        aws_secret_access_key=aws.secret_access_key,
+        region_name=aws.region,
+    )
+
+
 def build_support(
     settings: SupportDatabaseSettings, actor: str | None = None, *, aws: AwsEndpoint | None = None
 ) -> SupportDeps:
@@ -341,19 +358,9 @@ def build_support(
     commands that only use the database need nothing else. ``aws`` points the clients somewhere other than
     the default chain (the local system's moto) without touching the environment. The actor defaults to the
     login name."""
-    import boto3  # the CLI's own clients; imported here so the Lambdas' wiring does not load it at init
-
     from tollgate.support.service import SupportDeps, TypeQueues
 
-    session = (
-        boto3.session.Session(
-            aws_access_key_id=aws.access_key_id,
-            aws_secret_access_key=aws.secret_access_key,
-            region_name=aws.region,
-        )
-        if aws
-        else boto3.session.Session()
-    )
+    session = _aws_session(aws)
     endpoint_url = aws.url if aws else None
     # Clients first: one that cannot be made (no region, say) then leaves no database pool behind.
     sqs: SQSClient | None = None
@@ -390,17 +397,24 @@ def build_review_cli(settings: SupportDatabaseSettings, *, aws: AwsEndpoint | No
     the settings name one (a document kept in its row needs none)."""
     store = None
     if settings.documents_bucket:
-        import boto3  # the CLI's own clients; imported here so the Lambdas' wiring does not load it at init
-
-        session = (
-            boto3.session.Session(
-                aws_access_key_id=aws.access_key_id,
-                aws_secret_access_key=aws.secret_access_key,
-                region_name=aws.region,
-            )
-            if aws
-            else boto3.session.Session()
-        )
-        client = session.client("s3", endpoint_url=aws.url if aws else None)
+        client = _aws_session(aws).client("s3", endpoint_url=aws.url if aws else None)
         store = S3DocumentStore(client, settings.documents_bucket)
     return ReviewDeps(build_database(settings, pool_name="reviews"), store, SystemClock(), new_id)
+
+
+def build_ops(settings: OpsSettings, *, aws: AwsEndpoint | None = None) -> OpsDeps:
+    """The operations function's dependencies: the support CLI's (database as the system role, every job
+    type's queues, the webhook dispatcher) and the review commands' documents store, on one database pool.
+    Each request names its own caller, so the actor here is only a placeholder that is never written."""
+    from tollgate.ops.service import OpsDeps
+
+    support = build_support(settings, "tollgate-ops", aws=aws)
+    store = None
+    if settings.documents_bucket:
+        client = _aws_session(aws).client("s3", endpoint_url=aws.url if aws else None)
+        store = S3DocumentStore(client, settings.documents_bucket)
+    return OpsDeps(
+        support=support,
+        reviews=ReviewDeps(support.db, store, support.clock, support.new_id),
+        usage_plan=build_usage_plan(settings),
+    )

@@ -37,6 +37,9 @@ def embedded_database_url(data_dir: Path) -> str:
 def local_up(
     port: Annotated[int, typer.Option(help="Port of the API on 127.0.0.1.")] = 8080,
     erp_port: Annotated[int, typer.Option(help="Port of the demo ERP webhook receiver on 127.0.0.1.")] = 8081,
+    ops_port: Annotated[
+        int, typer.Option(help="Port of the operations function's URL stand-in on 127.0.0.1.")
+    ] = 8082,
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
     """Run the system in the foreground until Ctrl-C."""
@@ -45,7 +48,7 @@ def local_up(
     from tollgate_dev.local.runtime import LocalStack
 
     use_readable_logs()
-    stack = LocalStack(port=port, erp_port=erp_port, data_dir=data_dir)
+    stack = LocalStack(port=port, erp_port=erp_port, ops_port=ops_port, data_dir=data_dir)
 
     def ready() -> None:
         assert stack.erp is not None
@@ -56,6 +59,12 @@ def local_up(
             f"Demo ERP receiver at [bold]{stack.erp.url}[/bold]: register {stack.erp.url}/<any path> as a "
             "webhook endpoint and it verifies each delivery with that endpoint's secret."
         )
+        if stack.ops is not None:
+            console.print(
+                f"Operations function at [bold]{stack.ops.url}[/bold]: `tollgate --ops-url {stack.ops.url} "
+                "tenants create NAME` runs a command the way `--stage` does against a deployed stage (signed "
+                "with AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=eu-west-1)."
+            )
         console.print("Create a tenant with `tollgate tenants create NAME`. Ctrl-C stops everything.")
 
     exit_code = run_in_foreground(stack, ready, lambda note: console.print(f"Stopping: {note}"))

@@ -15,6 +15,7 @@ from tollgate.settings import (
     ApiSettings,
     AuthorizerSettings,
     MigrateSettings,
+    OpsSettings,
     RelaySettings,
     SchedulerSettings,
     SupportSettings,
@@ -33,6 +34,7 @@ ENTRYPOINTS: dict[str, type[BaseSettings]] = {
     "webhook_attempt": WebhookAttemptSettings,
     "support CLI": SupportSettings,
     "tenants CLI": TenantProvisioningSettings,
+    "ops": OpsSettings,
 }
 START, END = "<!-- configuration:start -->", "<!-- configuration:end -->"
 TYPES_START, TYPES_END = "<!-- job-types:start -->", "<!-- job-types:end -->"

@@ -69,7 +69,7 @@ def local_up(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Output]]:
     process = subprocess.Popen(
         [
             *(sys.executable, "-m", "tollgate.cli.main", "local", "up"),
-            *("--port", "0", "--erp-port", "0", "--data-dir", str(tmp_path)),
+            *("--port", "0", "--erp-port", "0", "--ops-port", "0", "--data-dir", str(tmp_path)),
         ],
         env={**env, "COLUMNS": "200"},
         stdout=subprocess.PIPE,
@@ -118,6 +118,8 @@ def test_local_up_on_embedded_postgres_serves_and_stops_cleanly_on_ctrl_c(local_
     url = re.search(r"http://127\.0\.0\.1:\d+", line).group(0)
     line = output.wait_for(r"Demo ERP receiver at http://127\.0\.0\.1:\d+", timeout=30)
     erp_url = re.search(r"http://127\.0\.0\.1:\d+", line).group(0)
+    line = output.wait_for(r"Operations function at http://127\.0\.0\.1:\d+/", timeout=30)
+    ops_url = re.search(r"http://127\.0\.0\.1:\d+/", line).group(0)
     started = psutil.Process(process.pid).children(recursive=True)
     embedded = embedded_servers(tmp_path)
     assert embedded, "the embedded PostgreSQL server should have been running"
@@ -126,6 +128,8 @@ def test_local_up_on_embedded_postgres_serves_and_stops_cleanly_on_ctrl_c(local_
     assert response.status == 200
     unsigned = ApiClient(erp_url).request("POST", "/acme", json_body={}, auth=False)
     assert (unsigned.status, unsigned.json) == (400, {"error": "missing_headers"})
+    unsigned_command = ApiClient(ops_url).request("POST", "/", json_body={"command": "keys.list"}, auth=False)
+    assert unsigned_command.status == 403, "the operations URL runs nothing unsigned"
 
     process.send_signal(signal.SIGINT)
     try:

@@ -18,6 +18,7 @@ from stacks.config import StageConfig
 from stacks.data_stack import DataStack
 from stacks.delivery_stack import DeliveryStack
 from stacks.observability_stack import ObservabilityStack
+from stacks.ops_stack import OpsStack
 from stacks.pipeline_stack import PipelineStack
 from stacks.results_stack import ResultsStack
 from stacks.worker_stack import WorkerStack
@@ -57,6 +58,7 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
         results_stack=stacks[ResultsStack],
         worker_stack=stacks[WorkerStack],
         observability_stack=stacks[ObservabilityStack],
+        ops_stack=stacks[OpsStack],
         validation_error=validation_error,
         validation_report=report,
     )
@@ -106,6 +108,11 @@ def worker_template(synthesized: Synthesized) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def observability_template(synthesized: Synthesized) -> dict[str, Any]:
     return _template(synthesized.observability_stack)
+
+
+@pytest.fixture(scope="session")
+def ops_template(synthesized: Synthesized) -> dict[str, Any]:
+    return _template(synthesized.ops_stack)
 
 
 @pytest.fixture(scope="session")

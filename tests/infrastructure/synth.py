@@ -14,6 +14,7 @@ from stacks.config import StageConfig
 from stacks.data_stack import DataStack
 from stacks.delivery_stack import DeliveryStack
 from stacks.observability_stack import ObservabilityStack
+from stacks.ops_stack import OpsStack
 from stacks.pipeline_stack import PipelineStack
 from stacks.results_stack import ResultsStack
 from stacks.worker_stack import WorkerStack
@@ -54,6 +55,7 @@ class Synthesized:
     results_stack: ResultsStack
     worker_stack: WorkerStack
     observability_stack: ObservabilityStack
+    ops_stack: OpsStack
     # The exception synth raised with validation on (cdk-nag), or None when it passed.
     validation_error: Exception | None
     # cdk.out/validation-report.json of that synth: violations, and suppressed ones with their reasons.

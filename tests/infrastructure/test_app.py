@@ -190,7 +190,7 @@ def test_code_asset_runs_without_the_development_package(
     handlers = sorted((asset / "functions").glob("*/handler.py"))
 
     assert not (asset / "tollgate_dev").exists()
-    assert len(handlers) == 6
+    assert len(handlers) == 7
     assert missing_imports(asset, python_files(asset)) == {}
     assert missing_imports(asset, handlers) == {}
 

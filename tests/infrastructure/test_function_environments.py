@@ -19,6 +19,7 @@ from tollgate.settings import (
     ApiSettings,
     AuthorizerSettings,
     MigrateSettings,
+    OpsSettings,
     RelaySettings,
     SchedulerSettings,
     WebhookAttemptSettings,
@@ -40,6 +41,8 @@ pytestmark = pytest.mark.infrastructure
 #   the production values; no stage tunes them yet.
 # - WEBHOOKS_ALLOW_PRIVATE_TARGETS: local development only; deployed endpoints
 #   must be HTTPS and public, and the sender refuses private addresses.
+# - REDRIVE_EXTRA_ATTEMPTS and REDRIVE_DEADLINE_SECONDS (ops): the model's defaults are what the support CLI
+#   uses locally too; no stage tunes how much budget a redriven job gets.
 # SYSTEM_MONTHLY_BUDGET_USD is set only when the stage names a system budget (none by default).
 LEFT_TO_DEFAULT = {
     "api": {
@@ -63,6 +66,13 @@ LEFT_TO_DEFAULT = {
         "DATABASE_ROLE",
         "DATABASE_WAIT_SECONDS",
         "WEBHOOKS_ALLOW_PRIVATE_TARGETS",
+    },
+    "ops": {
+        "DATABASE_URL",
+        "DATABASE_ROLE",
+        "DATABASE_WAIT_SECONDS",
+        "REDRIVE_EXTRA_ATTEMPTS",
+        "REDRIVE_DEADLINE_SECONDS",
     },
     "worker": {
         "DATABASE_URL",
@@ -88,6 +98,7 @@ ENTRYPOINTS: list[tuple[str, type[BaseSettings], str]] = [
     ("scheduler", SchedulerSettings, "pipeline_template"),
     ("webhook_attempt", WebhookAttemptSettings, "delivery_template"),
     ("worker", WorkerSettings, "worker_template"),
+    ("ops", OpsSettings, "ops_template"),
 ]
 
 
@@ -173,6 +184,7 @@ def test_database_host_is_the_proxy_for_application_code(
     pipeline_template: dict[str, Any],
     delivery_template: dict[str, Any],
     worker_template: dict[str, Any],
+    ops_template: dict[str, Any],
 ) -> None:
     for template, entrypoint in (
         (api_template, "api"),
@@ -181,6 +193,7 @@ def test_database_host_is_the_proxy_for_application_code(
         (pipeline_template, "scheduler"),
         (delivery_template, "webhook_attempt"),
         (worker_template, "worker"),
+        (ops_template, "ops"),
     ):
         host = _environment(template, entrypoint)["DATABASE_HOST"]
         assert "DatabaseProxy" in str(host) and "Endpoint" in str(host), entrypoint
@@ -192,6 +205,7 @@ def test_every_database_client_verifies_with_the_bundle_shipped_beside_it(
     pipeline_template: dict[str, Any],
     delivery_template: dict[str, Any],
     worker_template: dict[str, Any],
+    ops_template: dict[str, Any],
 ) -> None:
     """Lambdas read the layer's bundle (public roots for RDS Proxy, RDS roots for the cluster), the worker
     the copy its Dockerfile puts at the same place under its working directory."""
@@ -203,6 +217,7 @@ def test_every_database_client_verifies_with_the_bundle_shipped_beside_it(
         (pipeline_template, "outbox_relay"),
         (pipeline_template, "scheduler"),
         (delivery_template, "webhook_attempt"),
+        (ops_template, "ops"),
     ):
         assert _environment(template, entrypoint)["DATABASE_CA_BUNDLE"] == lambda_bundle, entrypoint
     assert _environment(worker_template, "worker")["DATABASE_CA_BUNDLE"] == WORKER_DATABASE_CA_BUNDLE

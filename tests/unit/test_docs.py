@@ -12,12 +12,14 @@ def test_the_configuration_reference_in_the_readme_is_generated_from_the_setting
 
 def test_the_reference_lists_every_variable_with_its_users():
     table = configuration_reference()
-    # The review commands read a large document from the bucket when it is named; nothing else needs it.
+    # The review commands (local, or in the ops function) read a large document from the bucket when it is
+    # named; nothing else needs it.
     assert (
-        "| `DOCUMENTS_BUCKET` | required; support CLI: none | api, scheduler, worker, support CLI |" in table
+        "| `DOCUMENTS_BUCKET` | required; support CLI: none; ops: none | api, scheduler, worker, support CLI, ops |"
+        in table
     )
-    assert "| `JOB_QUEUE_URLS` | required | relay, worker, support CLI |" in table
-    assert "| `JOB_DLQ_URLS` | required | support CLI |" in table
+    assert "| `JOB_QUEUE_URLS` | required | relay, worker, support CLI, ops |" in table
+    assert "| `JOB_DLQ_URLS` | required | support CLI, ops |" in table
     assert "`DATABASE_ROLE` | `tollgate_app`; migrate: none; relay: `tollgate_system`" in table
 
 

@@ -12,13 +12,15 @@ import sys
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
-from pydantic import SecretStr, ValidationError
+from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from rich.console import Console
 
+from tollgate.cli.remote import Target, choose, command, remote
+from tollgate.cli.remote import target as remote_stage_chosen
 from tollgate.cli.reviews import reviews_app
 from tollgate.cli.support import deliveries_app, dlq_app, jobs_app
 from tollgate.settings import MIGRATIONS_DIR, REPO_ROOT, DatabaseSettings
@@ -41,6 +43,49 @@ app.add_typer(deliveries_app, name="deliveries")
 app.add_typer(reviews_app, name="reviews")
 
 console = Console()
+R = TypeVar("R", bound=BaseModel)
+
+
+@app.callback()
+def choose_stage(
+    stage: Annotated[
+        str | None,
+        typer.Option(
+            "--stage",
+            envvar="TOLLGATE_STAGE",
+            help="Run tenants, keys, jobs, dlq, deliveries, reviews and usage commands in this deployed "
+            "stage, through its operations function (signed with your AWS credentials), instead of against "
+            "the local system.",
+        ),
+    ] = None,
+    ops_url: Annotated[
+        str | None,
+        typer.Option(
+            "--ops-url",
+            envvar="TOLLGATE_OPS_URL",
+            help="The operations function's URL, instead of looking it up from the stage's Ops stack.",
+        ),
+    ] = None,
+) -> None:
+    """Tollgate: asynchronous, rate-limited LLM jobs for many tenants."""
+    choose(Target(stage, ops_url) if stage or ops_url else None)
+
+
+def _in_stage(model: type[BaseModel], result: type[R], **fields: Any) -> R | None:
+    """In stage mode, the command's result from the stage's operations function (a refusal printed as the
+    local command prints it, exit code 2); None in local mode."""
+    from tollgate.core.errors import TollgateError
+
+    ops = remote()
+    if ops is None:
+        return None
+    try:
+        return ops.call(command(model, **fields), result)
+    except TollgateError as error:
+        console.print(f"[red]{error.detail}[/red]")
+        raise typer.Exit(2) from None
+
+
 # What a script capturing stdout must not get mixed into its value (e.g. the API key of `tenants create`).
 notes = Console(stderr=True)
 DataDir = Annotated[Path, typer.Option(help="Where the embedded PostgreSQL keeps its data.")]
@@ -86,7 +131,15 @@ def tenants_create(name: str, scope: ScopeOption = None, data_dir: DataDir = DEF
     """Create a tenant and print its API key (shown this once, never stored).
 
     With USAGE_PLAN_ID (the stage's ApiStack output UsagePlanId) the tenant also gets its API Gateway key on
-    that usage plan, which a stage that enforces usage plans needs."""
+    that usage plan, which a stage that enforces usage plans needs. With --stage, the stage's operations
+    function does both (its stack sets USAGE_PLAN_ID)."""
+    from tollgate.ops import models as ops
+
+    created = _in_stage(ops.CreateTenant, ops.TenantCreated, name=name, scopes=scope)
+    if created is not None:
+        notes.print(f"tenant {created.name} ({created.tenant_id})", highlight=False)
+        print(created.api_key)
+        return
     from tollgate.core.clock import new_id
     from tollgate.core.errors import TollgateError
     from tollgate.db import build_database
@@ -124,10 +177,15 @@ def tenants_sync_usage_keys(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
     """Give every tenant without one its API Gateway key on the usage plan USAGE_PLAN_ID names (tenants made
     before usage-plan keys, or without USAGE_PLAN_ID). Safe to run again."""
     from tollgate.db import build_database
+    from tollgate.ops import models as ops
     from tollgate.settings import TenantProvisioningSettings
     from tollgate.tenants.usage_keys import sync_usage_keys
     from tollgate.wiring import build_usage_plan
 
+    synced_there = _in_stage(ops.SyncUsageKeys, ops.UsageKeysSynced)
+    if synced_there is not None:
+        console.print(f"{len(synced_there.tenants)} tenant(s) got a usage-plan key", highlight=False)
+        return
     settings = TenantProvisioningSettings()
     if settings.usage_plan_id is None:
         notes.print("[red]USAGE_PLAN_ID is not set: it is the stage's ApiStack output UsagePlanId[/red]")
@@ -151,6 +209,11 @@ def tenants_add_supplier(
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
     """Add a supplier to a tenant's master data; invoices from unknown suppliers go to review."""
+    from tollgate.ops import models as ops
+
+    if _in_stage(ops.AddSupplier, ops.Audited, tenant=tenant, supplier=supplier, iban=iban):
+        console.print(f"supplier {supplier!r} added to {tenant}")
+        return
     from tollgate.core.clock import new_id
     from tollgate.core.errors import TollgateError
     from tollgate.db import build_database
@@ -180,12 +243,16 @@ def tenants_set_retention(
     job is archived to S3 and deleted, and a replay of its Idempotency-Key is a new job."""
     from tollgate.core.errors import TollgateError
     from tollgate.db import build_database
+    from tollgate.ops import models as ops
     from tollgate.tenants.retention import set_tenant_retention
     from tollgate.tenants.suppliers import find_tenant
 
     if days != "default" and not days.isdigit():
         console.print("[red]DAYS is a whole number of days or 'default'[/red]")
         raise typer.Exit(2)
+    if _in_stage(ops.SetRetention, ops.Audited, tenant=tenant, days=None if days == "default" else int(days)):
+        _say_retention(tenant, days)
+        return
     url = _database_url(data_dir)
     db = build_database(DatabaseSettings(database_url=SecretStr(url), database_role="tollgate_system"))
     try:
@@ -195,6 +262,10 @@ def tenants_set_retention(
         raise typer.Exit(2) from None
     finally:
         db.close()
+    _say_retention(tenant, days)
+
+
+def _say_retention(tenant: str, days: str) -> None:
     console.print(
         f"{tenant} keeps finished jobs for {days} days"
         if days != "default"
@@ -228,6 +299,15 @@ def tenants_budget(
         if not budget.is_finite() or budget < 0 or budget >= Decimal(10) ** 8:
             console.print("[red]--monthly-usd is an amount in USD from 0 to 99999999, or 'none'[/red]")
             raise typer.Exit(2)
+    from tollgate.ops import models as ops
+
+    if _in_stage(ops.SetBudget, ops.Audited, tenant=tenant, monthly_usd=budget):
+        console.print(
+            f"{tenant} has a monthly budget of {budget} USD"
+            if budget is not None
+            else f"{tenant} has no budget"
+        )
+        return
     db = _system_db(data_dir)
     try:
         set_monthly_budget(db, find_tenant(db, tenant), budget)
@@ -259,8 +339,19 @@ def usage(
     from tollgate.core.clock import SystemClock
     from tollgate.core.errors import TollgateError
     from tollgate.tenants.suppliers import find_tenant
-    from tollgate.usage.service import get_usage, parse_usage_query, utc_today
+    from tollgate.usage.service import UsageReport, get_usage, parse_usage_query, utc_today
 
+    ops = remote()
+    if ops is not None:
+        from tollgate.ops.models import GetUsage
+
+        try:
+            request = command(GetUsage, tenant=tenant, from_day=from_day, to_day=to_day, group_by=group_by)
+            remote_report = ops.call(request, UsageReport)
+        except TollgateError as error:
+            _usage_refused(error)
+        show_usage(remote_report, as_json=as_json)
+        return
     db = _system_db(data_dir)
     try:
         query = parse_usage_query(from_day, to_day, group_by, today=utc_today(SystemClock().now()))
@@ -277,12 +368,16 @@ def usage(
                 }
             )
     except TollgateError as error:
-        details = "; ".join(str(e.get("msg")) for e in error.extensions.get("errors", []))
-        console.print(f"[red]{error.detail}{': ' + details if details else ''}[/red]")
-        raise typer.Exit(2) from None
+        _usage_refused(error)
     finally:
         db.close()
     show_usage(report, as_json=as_json)
+
+
+def _usage_refused(error: Any) -> NoReturn:
+    details = "; ".join(str(e.get("msg")) for e in error.extensions.get("errors", []))
+    console.print(f"[red]{error.detail}{': ' + details if details else ''}[/red]")
+    raise typer.Exit(2) from None
 
 
 keys_app = typer.Typer(help="A tenant's API keys: create, list, revoke.", no_args_is_help=True)
@@ -303,6 +398,14 @@ def keys_create(
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
     """Create another API key for a tenant and print it (shown this once, never stored)."""
+    from tollgate.ops import models as ops
+
+    created = _in_stage(ops.CreateKey, ops.KeyCreated, tenant=tenant, scopes=scope)
+    if created is not None:
+        held = " ".join(sorted(created.scopes))
+        notes.print(f"key {created.key_id} ({created.key_prefix}…) with {held}", highlight=False)
+        print(created.api_key)
+        return
     from tollgate.core.clock import new_id
     from tollgate.core.errors import TollgateError
     from tollgate.tenants.keys import ALL_SCOPES, create_key, parse_scopes
@@ -326,6 +429,12 @@ def keys_list(
     tenant: Annotated[str, typer.Argument(help="The tenant's name.")], data_dir: DataDir = DEFAULT_DATA_DIR
 ) -> None:
     """A tenant's keys, newest first: id, prefix, scopes, created, revoked."""
+    from tollgate.ops import models as ops
+
+    listed = _in_stage(ops.ListKeys, ops.KeyList, tenant=tenant)
+    if listed is not None:
+        _print_keys([key.model_dump() for key in listed.keys])
+        return
     from tollgate.core.errors import TollgateError
     from tollgate.tenants.keys import list_keys
     from tollgate.tenants.suppliers import find_tenant
@@ -338,6 +447,10 @@ def keys_list(
         raise typer.Exit(2) from None
     finally:
         db.close()
+    _print_keys(keys)
+
+
+def _print_keys(keys: list[dict[str, Any]]) -> None:
     for key in keys:
         revoked = f"revoked {key['revoked_at']:%Y-%m-%d %H:%M}" if key["revoked_at"] else "live"
         scopes = " ".join(sorted(key["scopes"]))
@@ -357,6 +470,7 @@ def keys_revoke(
 
     from tollgate.core.clock import SystemClock
     from tollgate.core.errors import TollgateError
+    from tollgate.ops import models as ops
     from tollgate.tenants.keys import revoke_key
     from tollgate.tenants.suppliers import find_tenant
 
@@ -365,6 +479,9 @@ def keys_revoke(
     except ValueError:
         console.print(f"[red]{key_id!r} is not a key id[/red]")
         raise typer.Exit(2) from None
+    if _in_stage(ops.RevokeKey, ops.Audited, tenant=tenant, key_id=key):
+        console.print(f"key {key} of {tenant} revoked")
+        return
     db = _system_db(data_dir)
     try:
         revoke_key(db, SystemClock(), find_tenant(db, tenant), key)
@@ -379,6 +496,12 @@ def keys_revoke(
 @db_app.command("migrate")
 def db_migrate(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
     """Apply pending migrations (DATABASE_URL, or the embedded server)."""
+    if remote_stage_chosen():
+        console.print(
+            "[red]a deployed stage applies its migrations on deploy (the Data stack's migrate "
+            "function); `db migrate` runs against DATABASE_URL or the embedded server only[/red]"
+        )
+        raise typer.Exit(2)
     from tollgate.db.migrations import apply_migrations
 
     applied = apply_migrations(_database_url(data_dir), MIGRATIONS_DIR)

@@ -12,13 +12,18 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 from uuid import UUID
 
 import typer
+from pydantic import BaseModel
 
+from tollgate.cli.remote import command, remote
 from tollgate.cli.support import DEFAULT_DATA_DIR, DataDir, _fail, _json, _line, _table, _when
 from tollgate.core.errors import TollgateError
+from tollgate.ops import models as ops
+from tollgate.review.models import ReviewDecided, ReviewPage
+from tollgate.review.models import ReviewView as ReviewShown
 from tollgate.settings import SupportDatabaseSettings
 
 if TYPE_CHECKING:
@@ -40,6 +45,18 @@ def _note(value: str) -> str:
 
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Plain JSON for scripts.")]
+R = TypeVar("R", bound=BaseModel)
+
+
+def _in_stage(model: type[BaseModel], result: type[R], **fields: Any) -> R | None:
+    """In stage mode, the command's result from the stage's operations function; None in local mode."""
+    function = remote()
+    if function is None:
+        return None
+    try:
+        return function.call(command(model, **fields), result)
+    except TollgateError as error:
+        _fail(_problem(error))
 
 
 @contextmanager
@@ -89,13 +106,17 @@ def reviews_list(
     from tollgate.review.service import list_all_reviews, list_reviews
     from tollgate.tenants.suppliers import find_tenant
 
-    with _reviews(data_dir) as deps:
-        if tenant is None:
-            page = list_all_reviews(deps.db, reason=reason, limit=limit, cursor=None)
-        else:
-            page = list_reviews(
-                deps.db, find_tenant(deps.db, tenant), reason=reason, limit=limit, cursor=None
-            )
+    listed = _in_stage(ops.ListReviews, ReviewPage, reason=reason, tenant=tenant, limit=limit)
+    if listed is not None:
+        page = listed
+    else:
+        with _reviews(data_dir) as deps:
+            if tenant is None:
+                page = list_all_reviews(deps.db, reason=reason, limit=limit, cursor=None)
+            else:
+                page = list_reviews(
+                    deps.db, find_tenant(deps.db, tenant), reason=reason, limit=limit, cursor=None
+                )
     if json_output:
         _json(page.items)
         return
@@ -120,8 +141,12 @@ def reviews_show(job_id: UUID, json_output: JsonOption = False, data_dir: DataDi
     """A job's review: the model's result, the rules it broke, and each value's evidence in the document."""
     from tollgate.review.service import find_review_tenant, get_review
 
-    with _reviews(data_dir) as deps:
-        view = get_review(deps, find_review_tenant(deps.db, job_id), job_id)
+    shown = _in_stage(ops.ShowReview, ReviewShown, job_id=job_id)
+    if shown is not None:
+        view = shown
+    else:
+        with _reviews(data_dir) as deps:
+            view = get_review(deps, find_review_tenant(deps.db, job_id), job_id)
     if json_output:
         _json(view)
         return
@@ -208,6 +233,16 @@ def reviews_decide(
         request = ReviewDecisionRequest(decision=chosen[0], note=note, corrections=corrections)
     except ValidationError as error:
         _fail("; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors()))
+    fields = {"job_id": job_id, "decision": chosen[0], "note": note, "corrections": corrections}
+    decided_there = _in_stage(ops.DecideReview, ReviewDecided, **fields, expect_version=expect_version)
+    if decided_there is not None:
+        # The stage records the verified IAM identity as the reviewer, whatever --reviewer says.
+        _line(
+            f"job {job_id} is {decided_there.state} (version {decided_there.state_version}): "
+            f"{decided_there.decision} by your IAM identity"
+            + (f", result version {decided_there.result_version}" if decided_there.result_version else "")
+        )
+        return
     who = Reviewer((reviewer or getpass.getuser()).strip())
     if not 1 <= len(who.name) <= REVIEWER_MAX:
         _fail(f"the reviewer's name has 1 to {REVIEWER_MAX} characters")

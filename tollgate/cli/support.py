@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 from uuid import UUID
 
 import typer
@@ -23,12 +23,16 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from tollgate.cli.remote import command, remote
 from tollgate.core.errors import TollgateError
 from tollgate.core.job_states import JobState
+from tollgate.ops import models as ops
 from tollgate.settings import SupportDatabaseSettings, SupportSettings
 
 if TYPE_CHECKING:
-    from tollgate.support.service import JobDetail, RedriveItem, SupportDeps
+    from tollgate.support.service import JobDetail, SupportDeps
+
+R = TypeVar("R", bound=BaseModel)
 
 jobs_app = typer.Typer(help="Inspect jobs; retry ones that failed.", no_args_is_help=True)
 dlq_app = typer.Typer(
@@ -57,7 +61,11 @@ DataDir = Annotated[
 Reason = Annotated[str, typer.Option(help="Why: written to the audit trail.", callback=_reason)]
 Actor = Annotated[
     str | None,
-    typer.Option(envvar="TOLLGATE_ACTOR", help="Who acts, in the audit trail (default: your login name)."),
+    typer.Option(
+        envvar="TOLLGATE_ACTOR",
+        help="Who acts, in the audit trail (default: your login name). With --stage the trail names your "
+        "verified IAM identity instead.",
+    ),
 ]
 JobTypeOption = Annotated[
     str | None,
@@ -81,6 +89,18 @@ def _fail(message: str, code: int = 2) -> NoReturn:
         f"error: {message}", style="red", markup=False, highlight=False, soft_wrap=True
     )
     raise typer.Exit(code)
+
+
+def _in_stage(model: type[BaseModel], result: type[R], **fields: Any) -> R | None:
+    """In stage mode (``tollgate --stage``), the command's result from the stage's operations function, a
+    refusal reported as the local command reports it; None in local mode."""
+    function = remote()
+    if function is None:
+        return None
+    try:
+        return function.call(command(model, **fields), result)
+    except TollgateError as error:
+        _fail(error.detail)
 
 
 @contextmanager
@@ -177,8 +197,12 @@ def jobs_list(
     """Recent jobs, newest first. Needs only the database."""
     from tollgate.support.service import list_jobs
 
-    with _support(data_dir) as deps:
-        jobs = list_jobs(deps.db, state=state, tenant=tenant, limit=limit)
+    listed = _in_stage(ops.ListJobs, ops.JobList, state=state, tenant=tenant, limit=limit)
+    if listed is not None:
+        jobs = listed.jobs
+    else:
+        with _support(data_dir) as deps:
+            jobs = list_jobs(deps.db, state=state, tenant=tenant, limit=limit)
     if output is Output.JSON:
         _json(jobs)
         return
@@ -234,10 +258,14 @@ def jobs_show(
     job_id: UUID, output: OutputOption = Output.TABLE, data_dir: DataDir = DEFAULT_DATA_DIR
 ) -> None:
     """A job, its tenant and review reasons, every attempt it made, and what support did to it."""
-    from tollgate.support.service import show_job
+    from tollgate.support.service import JobDetail, show_job
 
-    with _support(data_dir) as deps:
-        job = show_job(deps.db, job_id)
+    shown = _in_stage(ops.ShowJob, JobDetail, job_id=job_id)
+    if shown is not None:
+        job = shown
+    else:
+        with _support(data_dir) as deps:
+            job = show_job(deps.db, job_id)
     if output is Output.JSON:
         _json(job)
     else:
@@ -251,21 +279,17 @@ def jobs_retry(
     """Give a FAILED_TERMINAL job a new attempt budget and signal the workers (audited)."""
     from tollgate.support.service import retry_job
 
-    with _support(data_dir, actor=actor) as deps:
-        audit_id = retry_job(deps, job_id, reason)
+    retried = _in_stage(ops.RetryJob, ops.Audited, job_id=job_id, reason=reason)
+    if retried is not None:
+        audit_id = retried.audit_id
+    else:
+        with _support(data_dir, actor=actor) as deps:
+            audit_id = retry_job(deps, job_id, reason)
     _line(f"job {job_id} is READY again (audit #{audit_id})")
 
 
-def _dead_letter(item: RedriveItem) -> dict[str, Any]:
-    return {
-        "job_type": item.letter.job_type,
-        "message_id": item.letter.message_id,
-        "job_id": str(item.letter.job_id) if item.letter.job_id else None,
-        "receive_count": item.letter.receive_count,
-        "job_state": item.job_state,
-        "decision": item.decision.value,
-        "why": item.why,
-    }
+def _dead_letter(item: ops.DeadLetterView) -> dict[str, Any]:
+    return item.model_dump(mode="json", exclude={"done", "audit_id"})
 
 
 @dlq_app.command("list")
@@ -278,8 +302,12 @@ def dlq_list(
     """Dead letters, each with its job type, its job's current state and what a redrive would do."""
     from tollgate.support.service import list_dead_letters
 
-    with _support(data_dir, queues=True) as deps:
-        items = list_dead_letters(deps, limit, job_type)
+    listed = _in_stage(ops.ListDeadLetters, ops.DeadLetters, job_type=job_type, limit=limit)
+    if listed is not None:
+        items = listed.items
+    else:
+        with _support(data_dir, queues=True) as deps:
+            items = [ops.DeadLetterView.of(i) for i in list_dead_letters(deps, limit, job_type)]
     if output is Output.JSON:
         _json([_dead_letter(i) for i in items])
         return
@@ -287,15 +315,7 @@ def dlq_list(
         f"{len(items)} dead letter(s)",
         ["job type", "message id", "job id", "receives", "job state", "a redrive would", "because"],
         [
-            [
-                i.letter.job_type,
-                i.letter.message_id,
-                i.letter.job_id,
-                i.letter.receive_count,
-                i.job_state,
-                i.decision.value,
-                i.why,
-            ]
+            [i.job_type, i.message_id, i.job_id, i.receive_count, i.job_state, i.decision, i.why]
             for i in items
         ],
     )
@@ -309,21 +329,24 @@ def dlq_show(
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
     """One dead letter's body and its job's reconciliation."""
+    from tollgate.ops.service import dead_letter_body
     from tollgate.support.service import show_dead_letter
 
-    with _support(data_dir, queues=True) as deps:
-        item = show_dead_letter(deps, message_id, job_type)
-    letter = item.letter
-    body: Any = json.loads(letter.body) if letter.event else {"unparseable_body": letter.body}
+    shown = _in_stage(ops.ShowDeadLetter, ops.DeadLetterShown, message_id=message_id, job_type=job_type)
+    if shown is None:
+        with _support(data_dir, queues=True) as deps:
+            found = show_dead_letter(deps, message_id, job_type)
+        shown = ops.DeadLetterShown(item=ops.DeadLetterView.of(found), body=dead_letter_body(found))
+    item, body = shown.item, shown.body
     if output is Output.JSON:
         _json({**_dead_letter(item), "body": body})
         return
     _stdout().print_json(data=body)
     _line(
-        f"message {letter.message_id} in the {letter.job_type} dead-letter queue, received "
-        f"{letter.receive_count} time(s)"
+        f"message {item.message_id} in the {item.job_type} dead-letter queue, received "
+        f"{item.receive_count} time(s)"
     )
-    _line(f"job {letter.job_id}: {item.job_state}; a redrive would {item.decision.value}: {item.why}")
+    _line(f"job {item.job_id}: {item.job_state}; a redrive would {item.decision}: {item.why}")
 
 
 @dlq_app.command("redrive")
@@ -344,34 +367,32 @@ def dlq_redrive(
     discard, or leave it."""
     from tollgate.support.service import redrive_dead_letters
 
-    with _support(data_dir, queues=True, actor=actor) as deps:
-        report = redrive_dead_letters(
-            deps,
-            reason=reason,
-            dry_run=dry_run,
-            max_per_second=max_per_second,
-            include_failed=include_failed,
-            limit=limit,
-            job_type=job_type,
-        )
+    options: dict[str, Any] = {
+        "reason": reason,
+        "dry_run": dry_run,
+        "max_per_second": max_per_second,
+        "include_failed": include_failed,
+        "limit": limit,
+        "job_type": job_type,
+    }
+    report = _in_stage(ops.RedriveDeadLetters, ops.Redriven, **options)
+    if report is None:
+        with _support(data_dir, queues=True, actor=actor) as deps:
+            done = redrive_dead_letters(deps, **options)
+        report = ops.Redriven(dry_run=dry_run, items=[ops.DeadLetterView.of(i) for i in done.items])
     if output is Output.JSON:
-        _json(
-            {
-                "dry_run": dry_run,
-                "items": [{**_dead_letter(i), "done": i.done, "audit_id": i.audit_id} for i in report.items],
-            }
-        )
+        _json({"dry_run": dry_run, "items": [i.model_dump(mode="json") for i in report.items]})
         return
     _table(
         "Dry run: nothing changed" if dry_run else "Redrive",
         ["job type", "message id", "job id", "job state", "decision", "done", "audit", "because"],
         [
             [
-                i.letter.job_type,
-                i.letter.message_id,
-                i.letter.job_id,
+                i.job_type,
+                i.message_id,
+                i.job_id,
                 i.job_state,
-                i.decision.value,
+                i.decision,
                 "yes" if i.done else "no",
                 i.audit_id,
                 i.why,
@@ -393,8 +414,20 @@ def dlq_move_all(
     upstream outages."""
     from tollgate.support.service import move_all_dead_letters
 
-    with _support(data_dir, queues=True, actor=actor) as deps:
-        moves = move_all_dead_letters(deps, reason, max_per_second, job_type)
+    started = _in_stage(
+        ops.MoveAllDeadLetters,
+        ops.MovesStarted,
+        reason=reason,
+        job_type=job_type,
+        max_per_second=max_per_second,
+    )
+    if started is not None:
+        moves = started.moves
+    else:
+        with _support(data_dir, queues=True, actor=actor) as deps:
+            moves = [
+                ops.MoveView.of(m) for m in move_all_dead_letters(deps, reason, max_per_second, job_type)
+            ]
     for move in moves:
         _line(f"{move.job_type}: move task started: {move.task_handle} (audit #{move.audit_id})")
 
@@ -408,10 +441,15 @@ def deliveries_list(
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
     """An endpoint's deliveries with their attempts, newest first. Needs only the database."""
+    from tollgate.delivery.deliveries import DeliveryList
     from tollgate.support.service import list_tenant_deliveries
 
-    with _support(data_dir) as deps:
-        found = list_tenant_deliveries(deps.db, tenant, endpoint, limit)
+    listed = _in_stage(ops.ListDeliveries, DeliveryList, tenant=tenant, endpoint=endpoint, limit=limit)
+    if listed is not None:
+        found = listed
+    else:
+        with _support(data_dir) as deps:
+            found = list_tenant_deliveries(deps.db, tenant, endpoint, limit)
     if output is Output.JSON:
         _json(found.items)
         return
@@ -445,6 +483,12 @@ def deliveries_replay(
     """Send one delivery again under the same webhook-id (audited). Needs the webhook dispatcher."""
     from tollgate.support.service import replay_delivery_audited
 
-    with _support(data_dir, actor=actor) as deps:
-        _, audit_id = replay_delivery_audited(deps, tenant, endpoint, delivery, reason)
+    replayed = _in_stage(
+        ops.ReplayDelivery, ops.Audited, tenant=tenant, endpoint=endpoint, delivery=delivery, reason=reason
+    )
+    if replayed is not None:
+        audit_id = replayed.audit_id
+    else:
+        with _support(data_dir, actor=actor) as deps:
+            _, audit_id = replay_delivery_audited(deps, tenant, endpoint, delivery, reason)
     _line(f"delivery {delivery} replayed with the same webhook-id (audit #{audit_id})")

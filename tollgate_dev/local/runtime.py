@@ -33,18 +33,20 @@ from tollgate.settings import (
     ApiSettings,
     AuthorizerSettings,
     DatabaseSettings,
+    OpsSettings,
     RelaySettings,
     SchedulerSettings,
     WebhookAttemptSettings,
     WorkerSettings,
 )
-from tollgate.support.configuration import DISCOVERY_FILE
+from tollgate.support.configuration import DISCOVERY_FILE, local_aws
 from tollgate.tenants.authorizer import authorize_request
 from tollgate.wiring import (
     build_api,
     build_authorizer,
     build_execution,
     build_ingress,
+    build_ops,
     build_relay,
     build_scheduler,
     build_webhook_attempts,
@@ -67,6 +69,7 @@ from tollgate_dev.local.foreground import StartCancelled
 from tollgate_dev.local.gateway import AppPool, LocalGateway
 from tollgate_dev.local.logs import as_component
 from tollgate_dev.local.loops import Loop
+from tollgate_dev.local.ops import LocalOpsFunction
 from tollgate_dev.local.postgres import server_url
 from tollgate_dev.local.stepfunctions import create_dispatcher, release_dispatcher
 from tollgate_dev.local.workers import WorkerThread
@@ -113,6 +116,10 @@ class LocalStack:
     queues: dict[str, JobsQueues] | None = None
     results_bus: ResultsBus | None = None
     dispatcher_arn: str | None = None
+    # The operations function behind its SigV4-checking URL stand-in: `tollgate --ops-url <url> ...`; 0 picks
+    # a free port (tests), `tollgate local up` asks for 8082.
+    ops: LocalOpsFunction | None = None
+    ops_port: int = 0
     loops: dict[str, Loop] = field(default_factory=dict)
     workers: int = 2
     # The service tiers each worker claims, highest first, in turn: like the deployed tier services, a
@@ -204,8 +211,25 @@ class LocalStack:
             self.erp = DemoErp(self.system_db, port=self.erp_port).start()
             self._closers.append(self.erp.stop)
             self._start_pipeline(url, relay_wake)
+            self._start_ops(url)
             self._write_discovery()
         return self
+
+    def _start_ops(self, url: SecretStr) -> None:
+        """The operations function as a stage runs it, on this system's database, queues and dispatcher."""
+        assert self.aws is not None
+        assert self.queues is not None
+        settings = OpsSettings(
+            database_url=url,
+            job_queue_urls=queue_urls(self.queues),
+            job_dlq_urls=dlq_urls(self.queues),
+            webhook_state_machine_arn=self.dispatcher_arn,
+            documents_bucket=LOCAL_BUCKET,
+        )
+        deps = build_ops(settings, aws=local_aws(self.aws.endpoint_url))
+        self._closers.append(deps.db.close)
+        self.ops = LocalOpsFunction(deps, port=self.ops_port).start()
+        self._closers.append(self.ops.stop)
 
     def _write_discovery(self) -> None:
         """Tells other commands on this machine (the support CLI) where this system's parts listen."""
@@ -216,6 +240,7 @@ class LocalStack:
         path.parent.mkdir(parents=True, exist_ok=True)
         facts = {
             "api_url": self.api_url,
+            "ops_url": self.ops.url if self.ops else None,
             "erp_url": self.erp.url if self.erp else None,
             "aws_endpoint_url": self.aws.endpoint_url,
             "job_queue_urls": queue_urls(self.queues),

@@ -1,0 +1,101 @@
+"""The operations function's command set is closed and complete: every command model has one use case to
+run and one result model the CLI reads back, and a command is refused on anything it does not define."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+from pydantic import ValidationError
+
+from tollgate.ops import models as m
+from tollgate.ops.service import _HANDLERS
+
+
+def _commands() -> list[type[m.Command]]:
+    union = typing.get_args(m.OpsRequest)[0]
+    return list(typing.get_args(union))
+
+
+def test_every_command_has_a_use_case_and_a_result():
+    commands = _commands()
+    names = [command.model_fields["command"].default for command in commands]
+
+    assert set(_HANDLERS) == set(commands)
+    assert sorted(m.RESULTS) == sorted(names)
+    assert len(set(names)) == len(names)
+
+
+def test_the_brief_s_command_groups_are_all_there():
+    names = {command.model_fields["command"].default for command in _commands()}
+
+    assert {
+        "tenants.create",
+        "tenants.add-supplier",
+        "tenants.set-retention",
+        "tenants.budget",
+        "tenants.sync-usage-keys",
+        "keys.create",
+        "keys.list",
+        "keys.revoke",
+        "jobs.list",
+        "jobs.show",
+        "jobs.retry",
+        "dlq.list",
+        "dlq.show",
+        "dlq.redrive",
+        "dlq.move-all",
+        "deliveries.list",
+        "deliveries.replay",
+        "reviews.list",
+        "reviews.show",
+        "reviews.decide",
+        "usage",
+    } == names
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"command": "tenants.create", "name": "acme", "actor": "root"},  # no caller-asserted identity
+        {"command": "jobs.retry", "job_id": "00000000-0000-0000-0000-000000000001", "reason": "x"},
+        {"command": "dlq.redrive", "reason": "outage over", "limit": 0},
+        {"command": "tenants.budget", "tenant": "acme", "monthly_usd": "Infinity"},
+        {"command": "tenants.budget", "tenant": "acme", "monthly_usd": "-1"},
+    ],
+)
+def test_a_command_outside_its_model_is_refused(body):
+    with pytest.raises(ValidationError):
+        m.REQUEST.validate_python(body)
+
+
+def test_names_and_reasons_are_trimmed_before_they_are_checked():
+    request = m.REQUEST.validate_python(
+        {"command": "jobs.retry", "job_id": "00000000-0000-0000-0000-000000000001", "reason": "  why  "}
+    )
+
+    assert isinstance(request, m.RetryJob) and request.reason == "why"
+
+
+def test_the_ops_handler_keeps_its_responses_out_of_traces():
+    """`tenants create` and `keys create` answer with a key that is shown once: Powertools' tracer would
+    otherwise store every response as X-Ray metadata."""
+    import ast
+
+    from tollgate.settings import REPO_ROOT
+
+    tree = ast.parse((REPO_ROOT / "functions" / "ops" / "handler.py").read_text(encoding="utf-8"))
+    decorators = [
+        decorator
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef) and node.name == "lambda_handler"
+        for decorator in node.decorator_list
+    ]
+    traced = [
+        d
+        for d in decorators
+        if isinstance(d, ast.Call) and ast.unparse(d.func).endswith("capture_lambda_handler")
+    ]
+
+    assert len(traced) == 1
+    assert any(k.arg == "capture_response" and ast.unparse(k.value) == "False" for k in traced[0].keywords)
