@@ -52,9 +52,8 @@ class DatabaseSettings(BaseSettings):
         description="PEM file of the CAs a deployed connection (the secret path, always "
         "`sslmode=verify-full`) trusts; unset, the bundle shipped with the package (Mozilla's roots via "
         "certifi, which include the Amazon roots RDS Proxy's certificates chain to). A direct connection to "
-        "the Aurora cluster needs Amazon's RDS CAs too: deployed stacks set the bundle layers/build.py writes "
-        "(these roots and Amazon's RDS bundle). DATABASE_URL connections "
-        "ignore it.",
+        "the Aurora cluster needs Amazon's RDS CAs too: deployed stacks set the bundle layers/build.py "
+        "writes (these roots and Amazon's RDS bundle). DATABASE_URL connections ignore it.",
     )
     database_role: str = Field(
         default="tollgate_app",
