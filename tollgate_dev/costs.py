@@ -95,17 +95,18 @@ def _properties(resource: Mapping[str, Any]) -> dict[str, Any]:
     return properties
 
 
-def _names(value: Any, logical_id: str) -> bool:
-    """Whether a Ref or Fn::GetAtt anywhere in ``value`` names ``logical_id``."""
+def references(value: Any, logical_id: str) -> bool:
+    """Whether a Ref or Fn::GetAtt anywhere in ``value`` (so also inside Fn::Join and the like) names
+    ``logical_id``."""
     if isinstance(value, dict):
         if value.get("Ref") == logical_id:
             return True
         get_att = value.get("Fn::GetAtt")
         if isinstance(get_att, list) and get_att and get_att[0] == logical_id:
             return True
-        return any(_names(item, logical_id) for item in value.values())
+        return any(references(item, logical_id) for item in value.values())
     if isinstance(value, list):
-        return any(_names(item, logical_id) for item in value)
+        return any(references(item, logical_id) for item in value)
     return False
 
 
@@ -197,7 +198,7 @@ def _aurora(
             1
             for _, instance in instances
             if _properties(instance).get("DBInstanceClass") == "db.serverless"
-            and _names(_properties(instance).get("DBClusterIdentifier"), cluster_id)
+            and references(_properties(instance).get("DBClusterIdentifier"), cluster_id)
         )
         minimum = float(scaling["MinCapacity"])
         if minimum == 0:
@@ -226,7 +227,7 @@ def _fargate(found: list[tuple[str, dict[str, Any]]]) -> list[CostLine]:
         minimums = [
             int(_properties(target)["MinCapacity"])
             for _, target in targets
-            if _names(_properties(target).get("ResourceId"), service_id)
+            if references(_properties(target).get("ResourceId"), service_id)
         ]
         tasks = minimums[0] if minimums else int(properties.get("DesiredCount", 1))
         task = _properties(task_definitions[properties["TaskDefinition"]["Ref"]])

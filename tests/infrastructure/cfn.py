@@ -5,6 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from tollgate_dev.costs import references
+
+__all__ = ["references"]
+
 Template = dict[str, Any]
 
 
@@ -45,20 +49,6 @@ def policy_statements(template: Template) -> Iterator[tuple[str, dict[str, Any]]
 
 def as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
-
-
-def references(value: Any, logical_id: str) -> bool:
-    """Whether an intrinsic (Ref, Fn::GetAtt, Fn::Join ...) anywhere in ``value`` names ``logical_id``."""
-    if isinstance(value, dict):
-        if value.get("Ref") == logical_id:
-            return True
-        get_att = value.get("Fn::GetAtt")
-        if isinstance(get_att, list) and get_att and get_att[0] == logical_id:
-            return True
-        return any(references(item, logical_id) for item in value.values())
-    if isinstance(value, list):
-        return any(references(item, logical_id) for item in value)
-    return False
 
 
 def render(value: Any) -> str:

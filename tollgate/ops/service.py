@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 from uuid import UUID
 
-from psycopg.types.json import Jsonb
 from pydantic import BaseModel, ValidationError
 
 from tollgate.core.clock import Clock, IdFactory
@@ -35,7 +34,7 @@ from tollgate.review.service import (
     list_reviews,
 )
 from tollgate.support import service as support
-from tollgate.support.service import SupportDeps
+from tollgate.support.service import SupportDeps, record_audit
 from tollgate.tenants.keys import ALL_SCOPES, create_key, create_tenant, list_keys, parse_scopes, revoke_key
 from tollgate.tenants.retention import set_tenant_retention
 from tollgate.tenants.suppliers import add_supplier, find_tenant
@@ -92,19 +91,15 @@ def run_command(deps: OpsDeps, caller: Caller, request: BaseModel) -> BaseModel:
 
 def _record(deps: SupportDeps, action: str, target: str, outcome: str, details: dict[str, Any]) -> int:
     with deps.db.transaction() as conn:
-        row = conn.execute(
-            deps.db.q.insert_audit,
-            {
-                "actor": deps.actor,
-                "reason": f"{action} through the operations function",
-                "action": action,
-                "target": target,
-                "outcome": outcome,
-                "details": Jsonb(details),
-            },
-        ).fetchone()
-    assert row is not None
-    return int(row["audit_id"])
+        return record_audit(
+            conn,
+            deps,
+            f"{action} through the operations function",
+            action=action,
+            target=target,
+            outcome=outcome,
+            details=details,
+        )
 
 
 def _audited(

@@ -260,7 +260,7 @@ def _require_audit(deps: SupportDeps, reason: str) -> None:
         raise InvalidRequest(f"who acts (--actor) must be 1 to {ACTOR_MAX} characters")
 
 
-def _audit(
+def record_audit(
     conn: Conn, deps: SupportDeps, reason: str, *, action: str, target: str, outcome: str, details: Any
 ) -> int:
     """One audit row, in the caller's transaction: it commits or rolls back with the action it records."""
@@ -361,7 +361,7 @@ def _redrive(deps: SupportDeps, letter: DeadLetter, include_failed: bool, reason
             "event_id": str(letter.event.event_id),
             "why": item.why,
         }
-        item.audit_id = _audit(
+        item.audit_id = record_audit(
             conn,
             deps,
             reason,
@@ -413,7 +413,7 @@ def retry_job(deps: SupportDeps, job_id: UUID, reason: str) -> int:
             "previous": json.loads(json.dumps(job["last_error"] or {})),
             "extra_attempts": deps.extra_attempts,
         }
-        return _audit(
+        return record_audit(
             conn, deps, reason, action="job_retry", target=str(job_id), outcome="reset", details=details
         )
 
@@ -456,7 +456,7 @@ def move_all_dead_letters(
         )
         request = {"job_type": name, "destination": queue_arn, "max_per_second": max_per_second}
         with deps.db.transaction() as conn:
-            requested = _audit(
+            requested = record_audit(
                 conn,
                 deps,
                 reason,
@@ -469,7 +469,7 @@ def move_all_dead_letters(
             handle = start_bulk_move(sqs, dlq_arn, queue_arn, max_per_second)
         except Exception as error:
             with deps.db.transaction() as conn:
-                _audit(
+                record_audit(
                     conn,
                     deps,
                     reason,
@@ -484,7 +484,7 @@ def move_all_dead_letters(
                 )
             raise
         with deps.db.transaction() as conn:
-            _audit(
+            record_audit(
                 conn,
                 deps,
                 reason,
@@ -525,7 +525,7 @@ def replay_delivery_audited(
         if not rows:
             raise NotFound(f"no delivery {delivery_id} for endpoint {endpoint_id}")
         replayed = [row["delivery_id"] for row in rows]
-        audit_id = _audit(
+        audit_id = record_audit(
             conn,
             deps,
             reason,
