@@ -121,9 +121,9 @@ def test_every_database_client_connects_to_the_writer_and_waits_out_a_resume(
         for task in resources(templates["Worker"], "AWS::ECS::TaskDefinition").values()
     ]
 
-    # api, authorizer, relay, scheduler, webhook attempt, migrations
-    assert {concern for concern, _ in functions} == {"Api", "Pipeline", "Delivery", "Data"}
-    assert len(functions) == 6
+    # api, authorizer, relay, scheduler, webhook attempt, migrations, operations
+    assert {concern for concern, _ in functions} == {"Api", "Pipeline", "Delivery", "Data", "Ops"}
+    assert len(functions) == 7
     environments = [f["Properties"]["Environment"]["Variables"] for _, f in functions] + containers
     for environment in environments:
         host = environment["DATABASE_HOST"]
@@ -180,7 +180,7 @@ def test_every_lambda_in_the_vpc_runs_behind_nat(low_idle: tuple[StageConfig, di
         if "VpcConfig" in function["Properties"]
     ]
 
-    assert len(in_vpc) == 6
+    assert len(in_vpc) == 7
     for function in in_vpc:
         subnets = {
             groups[local_id(subnet, data)] for subnet in function["Properties"]["VpcConfig"]["SubnetIds"]

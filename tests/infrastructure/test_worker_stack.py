@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from layers.database_ca import LAYER_RELATIVE_PATH
 from stacks.config import REPO_ROOT, StageConfig
 from stacks.worker_stack import DOCKERFILE
 from tests.infrastructure.cfn import (
@@ -35,8 +36,10 @@ pytestmark = pytest.mark.infrastructure
 
 Template = dict[str, Any]
 
-# What the image needs from the repository, and nothing else.
-IMAGE_CONTEXT = {"pyproject.toml", "uv.lock", "tollgate", "worker", "migrations"}
+# What the image needs from the repository, and nothing else: of build/, only the database CA bundle that
+# layers/build.py writes (absent until it has run, as in this suite).
+IMAGE_CONTEXT = {"pyproject.toml", "uv.lock", "tollgate", "worker", "migrations", "build"}
+DATABASE_CA_FILE = Path("build/layer/python") / LAYER_RELATIVE_PATH
 
 
 def _container(template: Template) -> dict[str, Any]:
@@ -97,7 +100,9 @@ def test_image_is_built_for_arm64_from_the_allow_listed_context(
     assert image["source"]["dockerFile"] == DOCKERFILE
     assert asset_hash in json.dumps(_container(worker_template)["Image"])
     # .dockerignore itself is kept by CDK; everything else must be on the allow-list.
-    assert entries - {".dockerignore"} == IMAGE_CONTEXT
+    assert entries - {".dockerignore"} - {"build"} == IMAGE_CONTEXT - {"build"}
+    built = [path.relative_to(staged) for path in (staged / "build").rglob("*") if path.is_file()]
+    assert built in ([], [DATABASE_CA_FILE])
     assert not list(staged.rglob("__pycache__"))
     assert (staged / "tollgate" / "settings.py").is_file() and (staged / "worker" / "main.py").is_file()
 
