@@ -187,7 +187,8 @@ class WorkerStack(cdk.Stack):
             image=ecs.ContainerImage.from_asset(
                 str(REPO_ROOT),
                 file=DOCKERFILE,
-                # Built where the tasks run; the repository's .dockerignore admits only the worker's sources.
+                # Built where the tasks run; the repository's .dockerignore admits only the worker's sources
+                # and the database CA bundle layers/build.py writes.
                 platform=ecr_assets.Platform.LINUX_ARM64,
             ),
             essential=True,
