@@ -114,8 +114,9 @@ def test_sql_state_lists_match_the_state_machine():
     from tollgate.db import load_queries
 
     q = load_queries()
-    assert "state IN ('READY', 'RETRY_SCHEDULED')" in q.cancel_job
-    assert {JobState.READY, JobState.RETRY_SCHEDULED} == CANCELLABLE_STATES
+    # A RUNNING job is cancelled only while it waits in a provider batch (the SQL says which).
+    assert "state IN ('READY', 'RETRY_SCHEDULED') OR (state = 'RUNNING' AND batch_id IS NOT NULL)" in q.cancel_job
+    assert {JobState.READY, JobState.RETRY_SCHEDULED, JobState.RUNNING} == CANCELLABLE_STATES
     # Unfinished work is counted by the run-queue trigger and recounted by its reconciliation (migration 0010).
     unfinished_sql = "state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')"
     run_queues = (MIGRATIONS_DIR / "0010_run_queues.sql").read_text()

@@ -55,7 +55,7 @@ from tollgate.core.errors import (
     Unauthorized,
     ValidationFailed,
 )
-from tollgate.core.job_states import JobState, checked_transition
+from tollgate.core.job_states import CANCELLABLE_STATES, JobState, checked_transition
 from tollgate.db import Database
 from tollgate.db.database import Conn
 from tollgate.events import ExtractionCancelled, ExtractionRequested, outbox_row
@@ -462,9 +462,10 @@ def cancel_job(
     new_id: IdFactory = new_id,
     nudger: Nudger | None = None,
 ) -> JobView:
-    """Cancels a job that is not running; its ``extraction.cancelled.v1`` event commits with the change. A
-    repeated cancel answers the cancelled job and writes nothing."""
-    checked_transition(frozenset({JobState.READY, JobState.RETRY_SCHEDULED}), JobState.CANCELLED)
+    """Cancels a job that is not running, or one waiting in a provider batch (the batch path; its answer is
+    discarded when it comes); its ``extraction.cancelled.v1`` event commits with the change. A repeated cancel
+    answers the cancelled job and writes nothing."""
+    checked_transition(CANCELLABLE_STATES, JobState.CANCELLED)
     with db.transaction(tenant_id) as conn:
         cancelled = conn.execute(db.q.cancel_job, {"tenant_id": tenant_id, "job_id": job_id}).fetchone()
         if cancelled is not None:
@@ -486,7 +487,8 @@ def cancel_job(
         raise NotFound(f"no extraction job {job_id}")
     if cancelled is None and row["state"] != JobState.CANCELLED:
         raise InvalidState(
-            f"a {row['state']} job cannot be cancelled; only READY or RETRY_SCHEDULED jobs can",
+            f"a {row['state']} job cannot be cancelled; only READY or RETRY_SCHEDULED jobs, or jobs waiting "
+            "in a provider batch, can",
             state=row["state"],
         )
     return job_view(row)

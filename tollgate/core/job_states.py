@@ -60,8 +60,15 @@ UNFINISHED_STATES = frozenset(JobState) - FINISHED_STATES
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     # A job still waiting when its deadline passes ends FAILED_TERMINAL (the scheduler), never having run.
     JobState.READY: frozenset({JobState.RUNNING, JobState.CANCELLED, JobState.FAILED_TERMINAL}),
+    # CANCELLED only while the job waits in a provider batch (the batch path): an immediate call is minutes.
     JobState.RUNNING: frozenset(
-        {JobState.SUCCEEDED, JobState.REVIEW_REQUIRED, JobState.RETRY_SCHEDULED, JobState.FAILED_TERMINAL}
+        {
+            JobState.SUCCEEDED,
+            JobState.REVIEW_REQUIRED,
+            JobState.RETRY_SCHEDULED,
+            JobState.FAILED_TERMINAL,
+            JobState.CANCELLED,
+        }
     ),
     JobState.RETRY_SCHEDULED: frozenset({JobState.RUNNING, JobState.CANCELLED, JobState.FAILED_TERMINAL}),
     # Only a reviewer's decision leaves REVIEW_REQUIRED (tollgate.review): approved or corrected and

@@ -44,10 +44,14 @@ ORDER BY j.created_at DESC, j.job_id DESC
 LIMIT %(limit)s
 
 -- name: cancel_job
+-- A job not running, or one waiting in a provider batch (its line may take hours): the fence moves, so the
+-- line's answer, when it comes, is discarded by the fenced commit like any stale attempt's.
 UPDATE extraction_jobs
 SET state = 'CANCELLED', state_version = state_version + 1, next_attempt_at = NULL,
+    fence = fence + (state = 'RUNNING')::integer, lease_owner = NULL, lease_until = NULL,
     finished_at = now(), updated_at = now()
-WHERE tenant_id = %(tenant_id)s AND job_id = %(job_id)s AND state IN ('READY', 'RETRY_SCHEDULED')
+WHERE tenant_id = %(tenant_id)s AND job_id = %(job_id)s
+  AND (state IN ('READY', 'RETRY_SCHEDULED') OR (state = 'RUNNING' AND batch_id IS NOT NULL))
 RETURNING job_id, tenant_id, state_version, attempt, trace_context
 
 -- name: claim_tenant_job
@@ -83,7 +87,7 @@ WITH ready AS (
     WHERE j.job_id = picked.job_id AND picked.deadline_at > %(now)s
     RETURNING j.job_id, j.tenant_id, j.attempt, j.max_attempts, j.fence, j.deadline_at, j.document_id,
               j.model_policy, j.estimated_tokens, j.trace_context, j.state_version, j.job_type, j.options,
-              j.model_escalated, j.service_tier
+              j.model_escalated, j.service_tier, j.batch_offers
 ), opened AS (
     INSERT INTO job_attempts (job_id, attempt, tenant_id, fence, worker_id, started_at)
     SELECT job_id, attempt, tenant_id, fence, %(worker_id)s, %(now)s FROM claimed
@@ -92,7 +96,7 @@ SELECT 'claimed' AS outcome, claimed.* FROM claimed
 UNION ALL
 SELECT 'expired', j.job_id, j.tenant_id, j.attempt, j.max_attempts, j.fence, j.deadline_at, j.document_id,
        j.model_policy, j.estimated_tokens, j.trace_context, j.state_version, j.job_type, j.options,
-       j.model_escalated, j.service_tier
+       j.model_escalated, j.service_tier, j.batch_offers
 FROM picked JOIN extraction_jobs j USING (job_id)
 WHERE picked.deadline_at <= %(now)s
 
