@@ -46,6 +46,7 @@ def running_job(clock: FakeClock) -> ClaimedJob:
         options={},
         model_escalated=False,
         service_tier="normal",
+        batch_offers=0,
     )
 
 

@@ -16,8 +16,22 @@ BEFORE_SQS_DELETE = "before_sqs_delete"
 RELAY_AFTER_PUBLISH = "relay_after_publish"
 # Retention stored a batch's archives but has not deleted its rows: a later tick archives them again.
 RETENTION_AFTER_ARCHIVE = "retention_after_archive"
+# The batch path (tollgate.execution.batch): a request file uploaded but no batch created for it; a batch
+# created at the provider but not yet recorded as submitted; one line of a finished batch committed and the
+# rest of its files not yet.
+BATCH_AFTER_UPLOAD = "batch_after_upload"
+BATCH_AFTER_CREATE = "batch_after_create"
+BATCH_LINE_COMMITTED = "batch_line_committed"
 CHECKPOINTS = frozenset(
-    {AFTER_PROVIDER_RESPONSE, BEFORE_SQS_DELETE, RELAY_AFTER_PUBLISH, RETENTION_AFTER_ARCHIVE}
+    {
+        AFTER_PROVIDER_RESPONSE,
+        BEFORE_SQS_DELETE,
+        RELAY_AFTER_PUBLISH,
+        RETENTION_AFTER_ARCHIVE,
+        BATCH_AFTER_UPLOAD,
+        BATCH_AFTER_CREATE,
+        BATCH_LINE_COMMITTED,
+    }
 )
 
 Listener = Callable[[str], None]

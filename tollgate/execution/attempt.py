@@ -23,6 +23,7 @@ from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
 from typing import Any
+from uuid import UUID
 
 from aws_lambda_powertools import Logger
 from psycopg.types.json import Jsonb
@@ -63,7 +64,7 @@ from tollgate.jobtypes.registry import job_type as registered_type
 from tollgate.outbox.nudge import NoNudge, Nudger
 from tollgate.outbox.outcomes import insert_outcome_event
 from tollgate.usage.service import announce_spend_thresholds, month_spend
-from tollgate.usage.spend import estimated_cost, month_of, next_month_start
+from tollgate.usage.spend import batch_cost, estimated_cost, month_of, next_month_start
 
 logger = Logger(service="tollgate-worker", child=True)
 
@@ -329,7 +330,7 @@ async def run_attempt(
     unused = permit
     try:
         try:
-            pages = await asyncio.to_thread(_load_pages, deps, job)
+            pages = await asyncio.to_thread(load_pages, deps, job)
         except (DocumentUnavailable, DocumentStoreUnreachable) as error:
             # Retrying cannot bring a lost object version back: the job ends with the reason. A store that
             # did not answer is transient: the attempt is retried on the job's schedule, not left to the
@@ -340,11 +341,11 @@ async def run_attempt(
             lost_for_good = isinstance(error, DocumentUnavailable)
             outcome = OutcomeClass.DOCUMENT_UNAVAILABLE if lost_for_good else OutcomeClass.TRANSIENT
             result = LlmResult(outcome, "", error=str(error))
-            return await asyncio.to_thread(_finish, deps, job, _task(job, ()), result)
-        task = _task(job, pages)
+            return await asyncio.to_thread(_finish, deps, job, task_of(job, ()), result)
+        task = task_of(job, pages)
         complexity = Complexity.of(pages, task.job_type.language(task.options))
         model = deps.router.choose(job.model_policy, task.job_type, complexity, job.model_escalated)
-        over_budget = await asyncio.to_thread(_spend_refusal, deps, job, model)
+        over_budget = await asyncio.to_thread(spend_refusal, deps, job, model)
         if over_budget is not None:
             if permit is not None:
                 unused = None
@@ -374,7 +375,7 @@ async def run_attempt(
     return await asyncio.to_thread(_finish, deps, job, task, result, model)
 
 
-def _task(job: ClaimedJob, pages: tuple[str, ...]) -> Task:
+def task_of(job: ClaimedJob, pages: tuple[str, ...]) -> Task:
     kind = registered_type(job.job_type)
     return Task(kind, pages, kind.parse_options(job.options))
 
@@ -390,7 +391,7 @@ def job_log_keys(job: ClaimedJob) -> dict[str, Any]:
     }
 
 
-def _load_pages(deps: ExecutionDeps, job: ClaimedJob) -> tuple[str, ...]:
+def load_pages(deps: ExecutionDeps, job: ClaimedJob) -> tuple[str, ...]:
     with deps.db.transaction() as conn:
         row = conn.execute(deps.db.q.get_document_for_job, {"document_id": job.document_id}).fetchone()
     assert row is not None
@@ -553,17 +554,36 @@ def _escalation_start(deps: ExecutionDeps, job: ClaimedJob, now: datetime) -> da
     return now if left >= deps.retry_policy.attempt_timeout_seconds else None
 
 
+@dataclass(frozen=True)
+class BatchLine:
+    """An outcome that came as one line of a provider batch (the batch path): paid at the batch price, and its
+    batch member settled in the transaction that commits it, so a poller that dies mid-download leaves
+    exactly the lines not yet committed to the next one."""
+
+    batch_id: UUID
+    price_factor: float
+
+
 def _attempt_params(
-    deps: ExecutionDeps, job: ClaimedJob, result: LlmResult | None, outcome: str
+    deps: ExecutionDeps,
+    job: ClaimedJob,
+    result: LlmResult | None,
+    outcome: str,
+    batch: BatchLine | None = None,
 ) -> dict[str, Any]:
     input_tokens = result.input_tokens if result else None
     output_tokens = result.output_tokens if result else None
-    cost = (
-        cost_of(deps.prices, result.model, input_tokens or 0, output_tokens or 0)
-        if result and input_tokens is not None
-        else None
-    )
+    cost = discount = None
+    if result and input_tokens is not None:
+        if batch is None:
+            cost = cost_of(deps.prices, result.model, input_tokens, output_tokens or 0)
+        else:
+            cost, discount = batch_cost(
+                deps.prices, result.model, input_tokens, output_tokens or 0, batch.price_factor
+            )
     return {
+        "batch_id": batch.batch_id if batch else None,
+        "discount_usd": discount,
         "job_id": job.job_id,
         "attempt": job.attempt,
         "fence": job.fence,
@@ -579,13 +599,24 @@ def _attempt_params(
     }
 
 
-def _record_discarded(deps: ExecutionDeps, job: ClaimedJob, result: LlmResult | None) -> None:
+def _record_discarded(
+    deps: ExecutionDeps, job: ClaimedJob, result: LlmResult | None, batch: BatchLine | None = None
+) -> None:
     """The attempt's cost is real even when its answer is thrown away: keep the record, not the result."""
-    params = _attempt_params(deps, job, result, "discarded_stale")
+    params = _attempt_params(deps, job, result, "discarded_stale", batch)
     with deps.db.transaction() as conn:
         conn.execute(deps.db.q.record_attempt, params)
         crossed = _announce_spend(conn, deps, job, params)
+        if batch is not None:
+            _settle_member(conn, deps, job, batch, "discarded_stale")
     _count_crossed(deps, crossed)
+
+
+def _settle_member(conn: Conn, deps: ExecutionDeps, job: ClaimedJob, batch: BatchLine, outcome: str) -> None:
+    conn.execute(
+        deps.db.q.settle_batch_member,
+        {"batch_id": batch.batch_id, "job_id": job.job_id, "now": deps.clock.now(), "outcome": outcome},
+    )
 
 
 def _announce_spend(conn: Conn, deps: ExecutionDeps, job: ClaimedJob, params: dict[str, Any]) -> list[int]:
@@ -609,7 +640,7 @@ def _count_crossed(deps: ExecutionDeps, crossed: list[int]) -> None:
         logger.warning("spend threshold crossed", extra={"thresholds": crossed})
 
 
-def _spend_refusal(deps: ExecutionDeps, job: ClaimedJob, model: str) -> str | None:
+def spend_refusal(deps: ExecutionDeps, job: ClaimedJob, model: str) -> str | None:
     """Why no call may start: this attempt's estimate at the model's dearest price, with the month's spent
     cost, would pass the tenant's or the system's budget. One read of counter rows by key."""
     now = deps.clock.now()
@@ -671,8 +702,22 @@ def _stop_for_budget(deps: ExecutionDeps, job: ClaimedJob, model: str, why: str)
 SPEND_BUDGET_EXHAUSTED = "spend_budget_exhausted"
 
 
+def finish_batch_line(
+    deps: ExecutionDeps, job: ClaimedJob, task: Task, result: LlmResult, routed: str, line: BatchLine
+) -> AttemptReport:
+    """Commits one provider batch line's answer for ``job`` exactly as an immediate attempt's (validation,
+    result, attempt record, event), under the fence the line was written with, at the batch price."""
+    return _finish(deps, job, task, result, routed, batch=line)
+
+
 def _finish(
-    deps: ExecutionDeps, job: ClaimedJob, task: Task, result: LlmResult, routed: str | None = None
+    deps: ExecutionDeps,
+    job: ClaimedJob,
+    task: Task,
+    result: LlmResult,
+    routed: str | None = None,
+    *,
+    batch: BatchLine | None = None,
 ) -> AttemptReport:
     """``routed`` is the model the router chose (the provider may answer with a dated name of it)."""
     report = None
@@ -685,7 +730,7 @@ def _finish(
     escalated = state is JobState.RETRY_SCHEDULED and report is not None
     reasons = [r.as_dict() for r in report.reasons] if report and not escalated else []
     outcome = "escalated" if escalated else result.outcome.value
-    params = _attempt_params(deps, job, result, outcome)
+    params = _attempt_params(deps, job, result, outcome, batch)
     if escalated and report is not None:
         # The attempt record keeps what the small model got wrong; the result itself is not stored.
         params["error"] = Jsonb({"reasons": [r.as_dict() for r in report.reasons]})
@@ -722,11 +767,13 @@ def _finish(
                     reasons=reasons,
                 )
             _insert_event(conn, deps, job, state=state, finished=finished, reasons=reasons, error=error)
+            if batch is not None:
+                _settle_member(conn, deps, job, batch, state.value)
     except StaleAttempt:
         finished = None
     if finished is None:
         logger.warning("stale attempt: the job moved on; its answer is discarded")
-        _record_discarded(deps, job, result)
+        _record_discarded(deps, job, result, batch)
         return AttemptReport(AttemptEnd.LOST, result.outcome, result.model)
     _count_crossed(deps, crossed)
     if state in EVENT_FOR_STATE:

@@ -44,6 +44,7 @@ class ClaimedJob:
     options: dict[str, Any]
     model_escalated: bool  # the small model's result failed validation: this attempt is the large model's
     service_tier: ServiceTier
+    batch_offers: int  # times the job went to the provider's Batch API (the batch path offers it once)
 
 
 # How many tenants a claim looks at per read of the run-queue, and how many it tries in all before it

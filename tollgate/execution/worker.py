@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import contextvars
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,6 +27,9 @@ from aws_lambda_powertools import Logger
 from tollgate.core.observability import log_context
 from tollgate.core.tiers import SERVICE_TIERS, ServiceTier
 from tollgate.execution.attempt import Claimed, ExecutionDeps, claim_within_budget, job_log_keys, run_attempt
+from tollgate.execution.batch.batcher import prepare_round, submit_batch
+from tollgate.execution.batch.deps import BatchDeps
+from tollgate.execution.batch.poller import BATCHES_PER_POLL, poll_batches
 from tollgate.execution.leasing import release_job
 from tollgate.execution.limiter.base import LimiterUnavailable
 from tollgate.ingress.consumer import IngressDeps, IngressOutcome, ingest_once
@@ -120,6 +125,71 @@ async def _run_guarded(deps: ExecutionDeps, claimed: Claimed, stop: asyncio.Even
             logger.exception("attempt failed unexpectedly")
 
 
+async def run_batch_path(
+    deps: BatchDeps,
+    stop: asyncio.Event,
+    *,
+    slots: int,
+    drain_seconds: float,
+    on_activity: Callable[[], None] = lambda: None,
+) -> None:
+    """The batch tier's consumer when the Batch API is on: rounds of claims into request files, a poller that
+    follows and settles batches, and up to ``slots`` immediate attempts for the claimed jobs the batch path
+    does not take (a retry of a failed line, a job back from an expired batch, a near deadline)."""
+    config = deps.config
+    running: set[asyncio.Task[None]] = set()
+    poller = asyncio.create_task(_run_poller(deps, stop, on_activity))
+    while not stop.is_set():
+        room = slots - len(running)
+        if room <= 0:
+            await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            continue
+        try:
+            claimed = await asyncio.to_thread(prepare_round, deps, immediate_room=room)
+        except Exception:
+            logger.exception("batch claim failed")
+            await _wait(stop, config.interval_seconds)
+            continue
+        for job in claimed.immediate:
+            attempt = asyncio.create_task(_run_guarded(deps.execution, Claimed(job, None), stop))
+            running.add(attempt)
+            attempt.add_done_callback(running.discard)
+        for prepared in claimed.batches:
+            try:
+                await submit_batch(deps, prepared, stop)
+            except Exception:
+                # Its record says where it stopped: a poller recovers it once the batcher's hold runs out.
+                logger.exception("batch submit failed")
+        if claimed.claimed:
+            on_activity()
+        if claimed.batches or not claimed.immediate:
+            # Jobs accepted a few at a time go out together in the next round, not as many small files.
+            await _wait(stop, config.interval_seconds)
+    if running:
+        _, unfinished = await asyncio.wait(running, timeout=drain_seconds)
+        for task in unfinished:
+            task.cancel()
+        await asyncio.gather(*unfinished, return_exceptions=True)
+    await asyncio.gather(poller, return_exceptions=True)
+
+
+async def _run_poller(deps: BatchDeps, stop: asyncio.Event, on_activity: Callable[[], None]) -> None:
+    stopping = threading.Event()
+    while not stop.is_set():
+        try:
+            context = contextvars.copy_context()
+            report = await asyncio.to_thread(context.run, poll_batches, deps, stopping=stopping.is_set)
+        except Exception:
+            logger.exception("batch poll failed")
+            report = None
+        if report is not None and report.looked_at:
+            on_activity()
+            if report.looked_at == BATCHES_PER_POLL:
+                continue  # more may be due
+        await _wait(stop, deps.config.poll_seconds)
+    stopping.set()
+
+
 async def _flush_metrics(flush: Callable[[], None], interval: float, stop: asyncio.Event) -> None:
     while not stop.is_set():
         await _wait(stop, interval)
@@ -134,7 +204,10 @@ async def run_worker(
     on_activity: Callable[[], None] = lambda: None,
     *,
     flush_metrics: Callable[[], None] = lambda: None,
+    batch: BatchDeps | None = None,
 ) -> None:
+    """``batch``, when given, takes the batch tier's jobs through the provider's Batch API (``run_batch_path``);
+    the slots then serve the worker's other tiers only."""
     wake = asyncio.Event()
     # One thread per queue: a 20-second long poll on the default executor would hold a thread the slots'
     # database calls wait for.
@@ -143,16 +216,29 @@ async def run_worker(
         asyncio.create_task(run_ingress(deps, stop, wake, on_activity, executor=pollers)) for deps in ingress
     ]
     flusher = asyncio.create_task(_flush_metrics(flush_metrics, config.metrics_flush_seconds, stop))
+    slot_tiers = config.service_tiers
+    batch_path = None
+    if batch is not None and "batch" in slot_tiers:
+        slot_tiers = tuple(tier for tier in slot_tiers if tier != "batch")
+        batch_path = asyncio.create_task(
+            run_batch_path(
+                batch, stop, slots=config.slots, drain_seconds=config.drain_seconds, on_activity=on_activity
+            )
+        )
+    slot_config = dataclasses.replace(config, service_tiers=slot_tiers)
     slots = [
-        asyncio.create_task(_run_slot(execution, config, stop, wake, on_activity))
-        for _ in range(config.slots)
+        asyncio.create_task(_run_slot(execution, slot_config, stop, wake, on_activity))
+        for _ in range(config.slots if slot_tiers else 0)
     ]
     await stop.wait()
     wake.set()
-    _, unfinished = await asyncio.wait(slots, timeout=config.drain_seconds)
-    for task in unfinished:
-        task.cancel()
-    await asyncio.gather(*unfinished, return_exceptions=True)
+    if slots:
+        _, unfinished = await asyncio.wait(slots, timeout=config.drain_seconds)
+        for task in unfinished:
+            task.cancel()
+        await asyncio.gather(*unfinished, return_exceptions=True)
+    if batch_path is not None:
+        await asyncio.gather(batch_path, return_exceptions=True)
     await asyncio.gather(*ingress_tasks, return_exceptions=True)
     pollers.shutdown(wait=False)
     await asyncio.gather(flusher, return_exceptions=True)

@@ -5,7 +5,8 @@
 UPDATE job_attempts
 SET finished_at = %(now)s, outcome = %(outcome)s, model = %(model)s, input_tokens = %(input_tokens)s,
     output_tokens = %(output_tokens)s, cost_usd = %(cost_usd)s, latency_ms = %(latency_ms)s,
-    provider_request_id = %(provider_request_id)s, error = %(error)s
+    provider_request_id = %(provider_request_id)s, error = %(error)s, batch_id = %(batch_id)s,
+    discount_usd = %(discount_usd)s
 WHERE job_id = %(job_id)s AND attempt = %(attempt)s AND fence = %(fence)s
 
 -- name: close_open_attempt
