@@ -24,6 +24,7 @@ from tollgate.settings import (
     AdmissionSettings,
     ApiSettings,
     AuthorizerSettings,
+    BatchSettings,
     PricingSettings,
     RelaySettings,
     RetrySettings,
@@ -100,6 +101,10 @@ RetentionLimits = _settings_section(
 """How long the scheduler keeps what jobs leave behind and how much it deletes per tick; fields of
 ``SchedulerSettings``. A tenant's own ``retention_days`` (``tollgate tenants set-retention``) wins over
 ``retention_default_days``."""
+
+BatchPath = _settings_section("BatchPath", BatchSettings, BatchSettings.model_fields)
+"""The batch path (batch-tier jobs through the provider's Batch API): on or off, file limits and its times;
+the fields of ``BatchSettings``. Only the worker service that serves the batch tier acts on them."""
 
 Pricing = _settings_section("Pricing", PricingSettings, PricingSettings.model_fields)
 """The price table and the optional system spend budget, one section for the two that must agree: the API
@@ -519,6 +524,7 @@ class StageConfig(BaseModel):
     retention: RetentionLimits = Field(default_factory=RetentionLimits)  # type: ignore[valid-type]
     worker: WorkerTuning = Field(default_factory=WorkerTuning)  # type: ignore[valid-type]
     pricing: Pricing = Field(default_factory=Pricing)  # type: ignore[valid-type]
+    batch: BatchPath = Field(default_factory=BatchPath)  # type: ignore[valid-type]
     webhooks: WebhookLimits = Field(default_factory=WebhookLimits)  # type: ignore[valid-type]
 
     layer_dir: Path = Field(

@@ -50,7 +50,10 @@ if TYPE_CHECKING:
     from tollgate.delivery.attempts import AttemptDeps
     from tollgate.delivery.deliveries import DeliveryStarter
     from tollgate.execution.attempt import ExecutionDeps
+    from tollgate.execution.batch.deps import BatchDeps
     from tollgate.execution.limiter import Limiter
+    from tollgate.execution.limiter.batch_pool import BatchPool
+    from tollgate.execution.llm.batch_api import BatchApi
     from tollgate.execution.llm.client import LlmClient
     from tollgate.execution.worker import WorkerConfig
     from tollgate.ingress.consumer import IngressDeps
@@ -269,6 +272,44 @@ def build_execution(
         nudger=nudger or _relay_nudger(settings.relay_function_name),
         metrics=metrics or RecordedMetrics(),
         system_monthly_budget_usd=settings.system_monthly_budget_usd,
+    )
+
+
+def build_batch(
+    settings: WorkerSettings,
+    execution: ExecutionDeps,
+    api: BatchApi | None = None,
+    pool: BatchPool | None = None,
+) -> BatchDeps | None:
+    """The batch path's dependencies when BATCH_API is on (None otherwise): the provider's Batch API over the
+    same key and endpoint as the immediate calls, and the Batch API's own budget beside the immediate one."""
+    if not settings.batch_api:
+        return None
+    from tollgate.execution.batch.deps import BatchConfig, BatchDeps
+    from tollgate.execution.limiter.factory import build_batch_pool
+    from tollgate.execution.llm.batch_api import OpenAIBatchApi
+
+    if api is None:
+        import openai
+
+        api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "none"
+        api = OpenAIBatchApi(openai.OpenAI(api_key=api_key, base_url=settings.openai_base_url, max_retries=0))
+    return BatchDeps(
+        execution=execution,
+        api=api,
+        pool=pool or build_batch_pool(settings, execution.clock),
+        config=BatchConfig(
+            max_requests=settings.batch_max_requests,
+            max_bytes=settings.batch_max_bytes,
+            settle_seconds=settings.batch_settle_seconds,
+            fallback_seconds=settings.batch_fallback_seconds,
+            hold_seconds=settings.batch_hold_seconds,
+            poll_seconds=settings.batch_poll_seconds,
+            interval_seconds=settings.batch_interval_seconds,
+            tenant_cap=settings.batch_tenant_max_jobs,
+            price_factor=settings.batch_price_factor,
+        ),
+        structured_output=settings.provider_structured_output,
     )
 
 

@@ -10,7 +10,7 @@ from tollgate.db import build_database
 from tollgate.execution.limiter.base import Limiter
 from tollgate.execution.worker import run_worker
 from tollgate.settings import WorkerSettings
-from tollgate.wiring import build_execution, build_ingress, worker_config
+from tollgate.wiring import build_batch, build_execution, build_ingress, worker_config
 
 logger = Logger(service="tollgate-worker")
 metrics = PowertoolsMetrics(Metrics(namespace="Tollgate", service="tollgate-worker"))
@@ -25,12 +25,14 @@ async def main(settings: WorkerSettings | None = None, limiter: Limiter | None =
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     logger.info("worker started", extra={"worker_id": settings.worker_id, "slots": settings.execution_slots})
+    execution = build_execution(settings, db, metrics=metrics, limiter=limiter)
     await run_worker(
         build_ingress(settings, db),
-        build_execution(settings, db, metrics=metrics, limiter=limiter),
+        execution,
         worker_config(settings),
         stop,
         flush_metrics=metrics.flush,
+        batch=build_batch(settings, execution),
     )
     db.close()
     logger.info("worker stopped")

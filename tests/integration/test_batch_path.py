@@ -1,0 +1,367 @@
+"""The batch path against the simulated provider's Files and Batches API over real HTTP (DESIGN §7): a batch
+of 100 ends with exactly one result per job; a batcher that dies after the upload, or after the create and
+before recording it, neither loses nor duplicates a job; a partly failed batch retries only its failed lines,
+on the immediate path; an expired batch returns its jobs in time for their deadline; a job cancelled while it
+waits in a batch is not completed. One clock, shared by the worker and the simulator, stands in for the hours
+a batch takes."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+import openai
+import psycopg
+import pytest
+
+from tests.integration.test_execution import make_deps, rows
+from tollgate.core import checkpoints
+from tollgate.core.checkpoints import BATCH_AFTER_CREATE, BATCH_AFTER_UPLOAD
+from tollgate.core.clock import FakeClock, SystemClock, new_id
+from tollgate.core.retry import RetryPolicy
+from tollgate.execution.attempt import AttemptEnd, ExecutionDeps, run_attempt
+from tollgate.execution.batch.batcher import Round, SubmitEnd, prepare_round, submit_batch
+from tollgate.execution.batch.deps import BatchConfig, BatchDeps
+from tollgate.execution.batch.poller import PollReport, poll_batches
+from tollgate.execution.limiter.batch_pool import InMemoryBatchPool
+from tollgate.execution.llm.batch_api import OpenAIBatchApi
+from tollgate.execution.llm.client import OpenAIExtractor
+from tollgate.execution.llm.output import StructuredOutput
+from tollgate.tenants.suppliers import add_supplier
+from tollgate_dev.samples import SUPPLIERS, generate_invoices, request_body
+from tollgate_dev.simulator.batches import BatchSimulation
+from tollgate_dev.simulator.server import SimulatedProvider, SimulatorConfig
+
+pytestmark = pytest.mark.integration
+
+DAY = 24 * 3600.0
+# Deadlines that leave the batch window, its settle and an immediate attempt (the defaults: 24 h + 1 h + 1 h).
+BATCH_DEADLINE_SECONDS = 3 * 24 * 3600
+COMPLETION_SECONDS = 3600.0
+POOL_LIMIT = 10_000_000
+
+
+class Crash(BaseException):
+    """The batcher's process ends at a checkpoint, as a kill would: nothing after it runs."""
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(SystemClock().now())
+
+
+@pytest.fixture
+def simulator(clock: FakeClock) -> Iterator[SimulatedProvider]:
+    config = SimulatorConfig(
+        requests_per_minute=None,
+        tokens_per_minute=None,
+        batches=BatchSimulation(completion_seconds=COMPLETION_SECONDS),
+    )
+    with SimulatedProvider(config, clock=clock) as provider:
+        yield provider
+
+
+@pytest.fixture
+def known_tenant(make_tenant, system_db, clean_db):
+    currencies = sorted({s.currency for s in SUPPLIERS})
+    tenant = make_tenant("batch-tenant")
+    with psycopg.connect(clean_db) as conn:
+        conn.execute(
+            "UPDATE tenants SET allowed_currencies = %s WHERE tenant_id = %s", (currencies, tenant.tenant_id)
+        )
+    for supplier in SUPPLIERS:
+        add_supplier(system_db, tenant.tenant_id, supplier.name, supplier.iban, new_id)
+    return tenant
+
+
+@pytest.fixture
+def crash_at() -> Iterator[Any]:
+    """Installs a listener that ends the batcher at one checkpoint, once; the previous one is put back."""
+    armed: dict[str, bool] = {}
+
+    def listener(name: str) -> None:
+        if armed.pop(name, False):
+            raise Crash(name)
+
+    previous = checkpoints.listen(listener)
+
+    def arm(name: str) -> None:
+        armed[name] = True
+
+    yield arm
+    checkpoints.listen(previous)
+
+
+def batch_deps(system_db, simulator, clock, *, worker_id="batcher-a", **config: Any) -> BatchDeps:
+    """The batch path's dependencies, and an immediate path over the same simulator for what it hands back."""
+    client = openai.AsyncOpenAI(base_url=simulator.base_url, api_key="simulated", max_retries=0)
+    execution = make_deps(
+        system_db,
+        OpenAIExtractor(client, clock, StructuredOutput.JSON_SCHEMA),
+        clock=clock,
+        worker_id=worker_id,
+        retry_policy=RetryPolicy(base_seconds=2, cap_seconds=60, attempt_timeout_seconds=60),
+    )
+    api = OpenAIBatchApi(openai.OpenAI(base_url=simulator.base_url, api_key="simulated", max_retries=0))
+    return BatchDeps(
+        execution=execution,
+        api=api,
+        pool=InMemoryBatchPool(clock, default_limit=POOL_LIMIT),
+        config=BatchConfig(**{"max_requests": 100, "interval_seconds": 1.0, **config}),
+        structured_output=StructuredOutput.JSON_SCHEMA,
+    )
+
+
+def submit_invoices(tenant, count: int, *, deadline_seconds: int = BATCH_DEADLINE_SECONDS, seed: int = 7) -> list[str]:
+    invoices = generate_invoices(count, seed=seed, kinds=["clean"] * count)
+    return [
+        tenant.client.submit(
+            request_body(invoice, service_tier="batch", deadline_seconds=deadline_seconds),
+            secrets.token_hex(8),
+        ).json["job_id"]
+        for invoice in invoices
+    ]
+
+
+def prepare_and_submit(deps: BatchDeps) -> tuple[Round, list[SubmitEnd]]:
+    claimed = prepare_round(deps, immediate_room=100)
+
+    async def submit_all() -> list[SubmitEnd]:
+        return [await submit_batch(deps, batch, asyncio.Event()) for batch in claimed.batches]
+
+    return claimed, asyncio.run(submit_all())
+
+
+def poll_until_settled(deps: BatchDeps, clock: FakeClock, *, step: float = COMPLETION_SECONDS) -> PollReport:
+    """Moves the shared clock past each poll's due time until no batch is open; the whole report."""
+    total = PollReport()
+    for _ in range(20):
+        clock.advance(step)
+        report = poll_batches(deps)
+        for name in ("looked_at", "adopted", "ended", "settled", "lines", "returned"):
+            setattr(total, name, getattr(total, name) + getattr(report, name))
+        if not rows(deps.execution.db.pool.conninfo, "SELECT 1 FROM provider_batches WHERE settled_at IS NULL"):
+            return total
+    raise AssertionError("batches still open after 20 polls")
+
+
+def run_immediate(deps: ExecutionDeps, jobs) -> list[AttemptEnd]:
+    async def run() -> list[AttemptEnd]:
+        return [(await run_attempt(deps, job)).end for job in jobs]
+
+    return asyncio.run(run())
+
+
+def job_states(url: str) -> dict[str, str]:
+    return {str(job_id): state for job_id, state in rows(url, "SELECT job_id, state FROM extraction_jobs")}
+
+
+def one_result_each(url: str, job_ids: list[str]) -> None:
+    results = rows(url, "SELECT job_id FROM extraction_results")
+    assert sorted(str(r) for (r,) in results) == sorted(job_ids), "exactly one result per job"
+    succeeded = rows(
+        url,
+        "SELECT job_id, count(*) FROM job_attempts WHERE outcome = 'ok' GROUP BY job_id HAVING count(*) <> 1",
+    )
+    assert succeeded == [], "a job answered twice"
+    completed = rows(
+        url,
+        "SELECT aggregate_id, count(*) FROM outbox_events WHERE event_type = 'extraction.completed.v1'"
+        " GROUP BY aggregate_id",
+    )
+    assert sorted(str(a) for a, n in completed if n == 1) == sorted(job_ids), "one completed event per job"
+
+
+def test_a_batch_of_100_completes_with_exactly_one_result_per_job(
+    known_tenant, make_tenant, system_db, simulator, clock, clean_db
+):
+    # Given 100 batch-tier invoices with a three-day deadline from two tenants.
+    other = make_tenant("second")
+    with psycopg.connect(clean_db) as conn:
+        conn.execute(
+            "UPDATE tenants SET allowed_currencies = (SELECT allowed_currencies FROM tenants WHERE tenant_id = %s)"
+            " WHERE tenant_id = %s",
+            (known_tenant.tenant_id, other.tenant_id),
+        )
+    for supplier in SUPPLIERS:
+        add_supplier(system_db, other.tenant_id, supplier.name, supplier.iban, new_id)
+    job_ids = submit_invoices(known_tenant, 60) + submit_invoices(other, 40, seed=8)
+    deps = batch_deps(system_db, simulator, clock)
+
+    # When the batcher claims them into one file and submits it, and the poller follows it to its end.
+    claimed, ends = prepare_and_submit(deps)
+    assert claimed.immediate == [] and [len(b.jobs) for b in claimed.batches] == [100]
+    assert ends == [SubmitEnd.SUBMITTED]
+    waiting = job_states(clean_db)
+    assert set(waiting.values()) == {"RUNNING"}, "jobs wait in the batch under their lease"
+    report = poll_until_settled(deps, clock)
+
+    # Then every job succeeded once, with one result, one attempt at the batch price and one event.
+    assert report.lines == 100 and report.settled == 1
+    assert set(job_states(clean_db).values()) == {"SUCCEEDED"}
+    one_result_each(clean_db, job_ids)
+    [(attempts, with_batch, discounted, paid, saved)] = rows(
+        clean_db,
+        "SELECT count(*), count(batch_id), count(*) FILTER (WHERE discount_usd > 0), sum(cost_usd),"
+        " sum(discount_usd) FROM job_attempts",
+    )
+    assert (attempts, with_batch, discounted) == (100, 100, 100)
+    assert paid == saved, "half price: what was paid equals what was saved"
+    [(state, members, settled)] = rows(
+        clean_db,
+        "SELECT b.state, count(m.*), count(m.settled_at) FROM provider_batches b"
+        " JOIN provider_batch_jobs m USING (batch_id) GROUP BY b.state",
+    )
+    assert (state, members, settled) == ("completed", 100, 100)
+    assert deps.pool.room(deps.execution.provider_pool, claimed.batches[0].model) == POOL_LIMIT, (
+        "the batch's enqueued tokens went back to the Batch API's budget"
+    )
+
+
+@pytest.mark.parametrize("checkpoint", [BATCH_AFTER_UPLOAD, BATCH_AFTER_CREATE])
+def test_a_batcher_killed_after_upload_or_after_create_neither_loses_nor_duplicates_a_job(
+    checkpoint, known_tenant, system_db, simulator, clock, clean_db, crash_at
+):
+    job_ids = submit_invoices(known_tenant, 10)
+    deps = batch_deps(system_db, simulator, clock)
+
+    # Given a batcher that dies at the checkpoint: the file uploaded, or the batch created and not recorded.
+    crash_at(checkpoint)
+    with pytest.raises(Crash):
+        prepare_and_submit(deps)
+    [(state,)] = rows(clean_db, "SELECT state FROM provider_batches")
+    assert state == "preparing"
+
+    # When another worker's poller finds the batch once the dead batcher's hold has run out.
+    survivor = batch_deps(system_db, simulator, clock, worker_id="poller-b")
+    clock.advance(deps.config.hold_seconds + 1)
+    report = poll_batches(survivor)
+    if checkpoint == BATCH_AFTER_CREATE:
+        # Then the batch the provider took is adopted and followed to its end.
+        assert report.adopted == 1
+        poll_until_settled(survivor, clock)
+        assert simulator.stats()["batches"]["created"] == 1, "no second batch was created"
+    else:
+        # Then the batch that never reached the provider fails and its jobs go back, to the immediate path.
+        [(state, error)] = rows(clean_db, "SELECT state, error->>'reason' FROM provider_batches")
+        assert (state, error) == ("failed", "never_submitted")
+        assert set(job_states(clean_db).values()) == {"RETRY_SCHEDULED"}
+        again = prepare_round(survivor, immediate_room=100)
+        assert again.batches == [] and len(again.immediate) == 10, "a job is offered to the Batch API once"
+        assert set(run_immediate(survivor.execution, again.immediate)) == {AttemptEnd.SUCCEEDED}
+
+    # Either way: every job succeeded exactly once.
+    assert set(job_states(clean_db).values()) == {"SUCCEEDED"}
+    one_result_each(clean_db, job_ids)
+
+
+def test_a_partly_failed_batch_retries_only_its_failed_lines_on_the_immediate_path(
+    known_tenant, system_db, simulator, clock, clean_db
+):
+    job_ids = submit_invoices(known_tenant, 10)
+    deps = batch_deps(system_db, simulator, clock)
+    # Given a batch whose first three lines the provider answers with a server error.
+    simulator.batches.queue_line_faults(["500", "500", "500"])
+    claimed, _ = prepare_and_submit(deps)
+    failed_jobs = {str(job.job_id) for job in claimed.batches[0].jobs[:3]}
+
+    # When the batch ends and is settled.
+    poll_until_settled(deps, clock)
+
+    # Then only those three wait for a retry; the other seven succeeded once, at the batch price.
+    states = job_states(clean_db)
+    assert {j for j, s in states.items() if s == "RETRY_SCHEDULED"} == failed_jobs
+    assert {s for j, s in states.items() if j not in failed_jobs} == {"SUCCEEDED"}
+
+    # And the retries run one by one on the immediate path, not in another batch.
+    clock.advance(120)
+    again = prepare_round(deps, immediate_room=100)
+    assert again.batches == [] and {str(job.job_id) for job in again.immediate} == failed_jobs
+    assert set(run_immediate(deps.execution, again.immediate)) == {AttemptEnd.SUCCEEDED}
+    assert set(job_states(clean_db).values()) == {"SUCCEEDED"}
+    one_result_each(clean_db, job_ids)
+    assert simulator.stats()["batches"]["created"] == 1
+    [(immediate_attempts,)] = rows(clean_db, "SELECT count(*) FROM job_attempts WHERE batch_id IS NULL")
+    assert immediate_attempts == 3
+
+
+def test_an_expired_batch_returns_its_jobs_in_time_for_their_deadline(
+    known_tenant, system_db, simulator, clock, clean_db
+):
+    # Given jobs whose deadline leaves just the window, its settle and one immediate attempt, in a batch the
+    # provider lets expire at the end of its window having answered only part of it.
+    deadline = int(DAY + 2 * 3600 + 600)
+    job_ids = submit_invoices(known_tenant, 10, deadline_seconds=deadline)
+    simulator.configure_batches(replace(BatchSimulation(), completion_seconds=2 * DAY, expire_after_seconds=DAY))
+    deps = batch_deps(system_db, simulator, clock)
+    claimed, ends = prepare_and_submit(deps)
+    assert ends == [SubmitEnd.SUBMITTED] and len(claimed.batches[0].jobs) == 10
+
+    # When the poller sees it expired, past the provider's 24 hours.
+    poll_until_settled(deps, clock, step=DAY / 4 + 60)
+
+    # Then the answered lines are committed and the rest are runnable now, before their deadline.
+    [(state,)] = rows(clean_db, "SELECT state FROM provider_batches")
+    assert state == "expired"
+    returned = rows(
+        clean_db,
+        "SELECT job_id FROM extraction_jobs WHERE state = 'RETRY_SCHEDULED' AND next_attempt_at <= %s"
+        " AND deadline_at > %s + interval '1 hour'",
+        clock.now(),
+        clock.now(),
+    )
+    assert 0 < len(returned) < 10, "an expired batch answers part of its lines"
+    again = prepare_round(deps, immediate_room=100)
+    assert set(run_immediate(deps.execution, again.immediate)) == {AttemptEnd.SUCCEEDED}
+    late = rows(clean_db, "SELECT job_id FROM extraction_jobs WHERE finished_at > deadline_at")
+    assert late == [] and set(job_states(clean_db).values()) == {"SUCCEEDED"}
+    one_result_each(clean_db, job_ids)
+
+
+def test_a_job_cancelled_while_in_a_batch_is_not_completed(known_tenant, system_db, simulator, clock, clean_db):
+    job_ids = submit_invoices(known_tenant, 5)
+    deps = batch_deps(system_db, simulator, clock)
+    prepare_and_submit(deps)
+
+    # Given a tenant cancelling one job while it waits in the batch.
+    cancelled = known_tenant.client.request("POST", f"/extraction-jobs/{job_ids[0]}/cancel")
+    assert cancelled.status == 200 and cancelled.json["state"] == "CANCELLED"
+
+    # When the batch completes with an answer for every line, that job's included.
+    poll_until_settled(deps, clock)
+
+    # Then the cancelled job stays cancelled, with no result and no completed event; its line's cost is kept.
+    states = job_states(clean_db)
+    assert states[job_ids[0]] == "CANCELLED"
+    assert {states[j] for j in job_ids[1:]} == {"SUCCEEDED"}
+    one_result_each(clean_db, job_ids[1:])
+    [(outcome, cost)] = rows(
+        clean_db, "SELECT outcome, cost_usd FROM job_attempts WHERE job_id = %s", UUID(job_ids[0])
+    )
+    assert outcome == "discarded_stale" and cost > 0
+    [(member_outcome,)] = rows(
+        clean_db, "SELECT outcome FROM provider_batch_jobs WHERE job_id = %s", UUID(job_ids[0])
+    )
+    assert member_outcome == "discarded_stale"
+    events = rows(
+        clean_db, "SELECT event_type FROM outbox_events WHERE aggregate_id = %s ORDER BY created_at", UUID(job_ids[0])
+    )
+    assert [e for (e,) in events if e != "extraction.requested.v1"] == ["extraction.cancelled.v1"]
+
+
+def test_a_job_whose_deadline_is_too_near_for_a_batch_runs_on_the_immediate_path(
+    known_tenant, system_db, simulator, clock, clean_db
+):
+    job_ids = submit_invoices(known_tenant, 2, deadline_seconds=int(DAY))
+    deps = batch_deps(system_db, simulator, clock)
+
+    claimed, _ = prepare_and_submit(deps)
+
+    assert claimed.batches == [] and sorted(str(j.job_id) for j in claimed.immediate) == sorted(job_ids)
+    assert set(run_immediate(deps.execution, claimed.immediate)) == {AttemptEnd.SUCCEEDED}
+    assert rows(clean_db, "SELECT 1 FROM provider_batches") == []
