@@ -132,7 +132,6 @@ class _Batch:
     errors: list[dict[str, Any]] = field(default_factory=list)
     tokens: int = 0
     status: str = "validating"
-    observed: bool = False  # the create call answers "validating"; any later look has moved on
     cancel_requested_at: float | None = None
     ended_at: float | None = None
     output_file_id: str | None = None
@@ -399,10 +398,8 @@ class BatchStore:
         return None
 
     def _advance(self, batch: _Batch, now: float) -> None:
-        """Moves the batch to where the clock says it is; ends it (files written) once."""
-        if not batch.observed:
-            batch.observed = True
-            return
+        """Moves the batch to where the clock says it is; ends it (files written) once. The create call
+        answers "validating"; any later look has moved on, validation taking no time here."""
         if batch.status in {"failed", "completed", "expired", "cancelled"}:
             return
         if batch.errors:
