@@ -5,7 +5,8 @@ conditions they meet in production: requests/min and tokens/min quotas (reservin
 max tokens, as OpenAI does) and a concurrency cap, answered past the limit with 429, ``Retry-After`` and
 ``retry-after-ms``; ``x-ratelimit-*`` headers; seeded latency; and faults, drawn by probability or queued
 ("the next N requests get fault X") from Python or from another process through ``POST /_simulator/faults``.
-The answers come from the deterministic reader in ``simulated_extraction``.
+The answers come from the deterministic reader in ``simulated_extraction``. The Files and Batches endpoints
+(``batches``) answer each request line with the same reader and the same completion body.
 
 It answers according to the request's ``response_format``, as providers of different capabilities do: a
 ``json_schema`` or ``json_object`` request gets bare JSON (decoding is constrained); a request without one
@@ -26,14 +27,16 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from tollgate.core.clock import Clock
 from tollgate.jobtypes.prompts import document_pages
+from tollgate_dev.simulator.batches import BatchSimulation, BatchStore, Refused, settings_json
 from tollgate_dev.simulator.documents import (
     CLASSIFICATION_TITLE,
     SUMMARY_TITLE,
@@ -52,6 +55,9 @@ CHAT_COMPLETIONS = "/v1/chat/completions"
 ADMIN_FAULTS = "/_simulator/faults"
 ADMIN_STATS = "/_simulator/stats"
 ADMIN_RELEASE = "/_simulator/release"
+ADMIN_BATCHES = "/_simulator/batches"
+FILES = "/v1/files"
+BATCHES = "/v1/batches"
 ORGANIZATION = "org-simulated"
 
 
@@ -122,6 +128,8 @@ class SimulatorConfig:
     seed: int = 0
     host: str = "127.0.0.1"
     port: int = 0
+    # The Files and Batches endpoints: completion time, expiry, line faults, enqueued token limits.
+    batches: BatchSimulation = field(default_factory=BatchSimulation)
 
     def __post_init__(self) -> None:
         for name in self.fault_rates:
@@ -154,6 +162,15 @@ class SimulatorStats:
     max_concurrency: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # The batch path (filled from the batch store): input files uploaded, batches by their status now, lines
+    # answered with a 200, lines that failed, lines never run (expired or cancelled first), and the most
+    # prompt tokens each model had enqueued at once: the Batch API's own pool, apart from the quotas above.
+    batch_files: int = 0
+    batches: dict[str, int] = field(default_factory=dict)
+    batch_lines_answered: int = 0
+    batch_lines_failed: int = 0
+    batch_lines_unrun: int = 0
+    peak_enqueued_tokens: dict[str, int] = field(default_factory=dict)
 
 
 class MonotonicClock:
@@ -229,6 +246,8 @@ class _Reply:
     headers: dict[str, str] = field(default_factory=dict)
     # Drop the connection without an answer (a held request when the simulator stops).
     hang_up: bool = False
+    # Sent as it is instead of the JSON body (a file's content).
+    raw: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -281,6 +300,10 @@ class SimulatedProvider:
         self._requests = _Bucket(rpm, now) if rpm else None
         self._tokens = _Bucket(tpm, now) if tpm else None
         self._connections: set[socket.socket] = set()
+        # Shares the condition's (reentrant) lock, so stats, waits and batch changes are one consistent view.
+        self._batches = BatchStore(
+            self.config.batches, _LineRunner(self), self._clock, self._changed, self.config.seed + 1
+        )
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -354,6 +377,25 @@ class SimulatedProvider:
             self._release_generation += 1
             self._changed.notify_all()
 
+    def configure_batches(self, **changes: Any) -> BatchSimulation:
+        """Changes how batches created from now on behave (fields of ``BatchSimulation``)."""
+        with self._changed:
+            settings = BatchSimulation.from_json(self._batches.settings, changes)
+            self.config = replace(self.config, batches=settings)
+            self._batches.configure(settings)
+            return settings
+
+    def queue_line_fault(self, fault: Fault | str, count: int = 1) -> None:
+        """The next ``count`` lines of batches created from now on get ``fault`` (a 429 or 5xx answer, a
+        timeout, or a faulty 200 such as malformed_json), after any queued before."""
+        self._batches.queue_line_faults([Fault(fault).value] * count)
+
+    def queue_line_faults(self, faults: Iterable[Fault | str]) -> None:
+        self._batches.queue_line_faults([Fault(f).value for f in faults])
+
+    def clear_line_faults(self) -> None:
+        self._batches.clear_line_faults()
+
     @property
     def stats(self) -> SimulatorStats:
         with self._changed:
@@ -366,7 +408,12 @@ class SimulatedProvider:
 
     def _snapshot(self) -> SimulatorStats:
         return SimulatorStats(
-            **{**asdict(self._stats), "faults": dict(self._faults), "response_formats": dict(self._formats)}
+            **{
+                **asdict(self._stats),
+                "faults": dict(self._faults),
+                "response_formats": dict(self._formats),
+                **self._batches.stats(),
+            }
         )
 
     def _count(self, **increments: int) -> None:
@@ -435,8 +482,12 @@ class SimulatedProvider:
                 self._count(in_flight=-1)
 
     def _answer(self, call: _Call) -> _Reply:
-        body, model, fault, limit_headers = call.body, call.model, call.fault, call.limit_headers
-        prompt_tokens, max_tokens = call.prompt_tokens, call.max_tokens
+        model, fault, limit_headers, prompt_tokens = (
+            call.model,
+            call.fault,
+            call.limit_headers,
+            call.prompt_tokens,
+        )
         if fault is Fault.RATE_LIMIT:
             with self._changed:
                 self._count(rate_limited=1)
@@ -455,7 +506,15 @@ class SimulatedProvider:
             return _Reply(503, None, hang_up=True)
         if fault in (Fault.SERVER_ERROR, Fault.INTERNAL_ERROR, Fault.OVERLOADED):
             return self._server_error(fault)
+        completion, completion_tokens = self._completion(call)
+        with self._changed:
+            self._count(completions=1, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+        return _Reply(200, completion, dict(limit_headers))
 
+    def _completion(self, call: _Call) -> tuple[dict[str, Any], int]:
+        """The chat completion body answering ``call`` and its completion tokens: one for both endpoints."""
+        body, model, fault = call.body, call.model, call.fault
+        prompt_tokens, max_tokens = call.prompt_tokens, call.max_tokens
         extraction = _read(body, fault)
         content = json.dumps(extraction, ensure_ascii=False, indent=None if _format_type(body) else 2)
         if fault in PROMPT_ONLY_HABITS:
@@ -469,10 +528,7 @@ class SimulatedProvider:
         if completion_tokens > max_tokens:
             # Like a model that runs out of its budget: the text is cut off where the budget ends.
             content, completion_tokens, finish_reason = content[: max_tokens * 4], max_tokens, "length"
-        with self._changed:
-            self._count(completions=1, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
-        return _Reply(
-            200,
+        return (
             {
                 "id": self._new_id("chatcmpl-"),
                 "object": "chat.completion",
@@ -501,22 +557,19 @@ class SimulatedProvider:
                 "service_tier": "default",
                 "system_fingerprint": "fp_simulated",
             },
-            dict(limit_headers),
+            completion_tokens,
         )
 
     def _server_error(self, fault: Fault) -> _Reply:
-        status = {Fault.INTERNAL_ERROR: 500, Fault.OVERLOADED: 503}.get(fault)
         with self._changed:
             self._count(server_errors=1)
-            if status is None:
-                status = self._rng.choice((500, 503))
-        if status == 503:
-            body = _error("The server is overloaded or not ready yet.", "server_error")
-        else:
-            body = _error(
-                "The server had an error while processing your request. Sorry about that!", "server_error"
-            )
-        return _Reply(status, body)
+            status = self._server_error_status(fault)
+        return _Reply(status, _server_error_body(status))
+
+    def _server_error_status(self, fault: Fault) -> int:
+        status = {Fault.INTERNAL_ERROR: 500, Fault.OVERLOADED: 503}.get(fault)
+        with self._changed:
+            return status if status is not None else self._rng.choice((500, 503))
 
     def _hold(self) -> bool:
         """Holds a request (timeout fault); False when the simulator is stopping, True when released or
@@ -624,6 +677,8 @@ class SimulatedProvider:
     # -- admin endpoints -------------------------------------------------------------------------------
 
     def _handle_admin(self, method: str, path: str, body: Any) -> _Reply:
+        if path == ADMIN_BATCHES:
+            return self._handle_batch_admin(method, body)
         if path == ADMIN_FAULTS and method == "POST":
             try:
                 if isinstance(body, dict) and "faults" in body:
@@ -647,6 +702,91 @@ class SimulatedProvider:
         if path == ADMIN_STATS and method == "GET":
             return _Reply(200, asdict(self.stats))
         return _Reply(404, _error(f"Unknown simulator endpoint {method} {path}", "invalid_request_error"))
+
+    def _handle_batch_admin(self, method: str, body: Any) -> _Reply:
+        """GET: settings and queued line faults; POST {"settings": {...}, "line_faults": [...]} or
+        {"line_fault": NAME, "count": N}; DELETE: clears the queued line faults."""
+        if method == "POST":
+            try:
+                if not isinstance(body, dict):
+                    raise ValueError("send a JSON object")
+                if "settings" in body:
+                    changes = body["settings"]
+                    if not isinstance(changes, dict):
+                        raise ValueError("'settings' must be an object of BatchSimulation fields")
+                    self.configure_batches(**changes)
+                if "line_faults" in body:
+                    self.queue_line_faults(body["line_faults"])
+                if "line_fault" in body:
+                    self.queue_line_fault(body["line_fault"], int(body.get("count", 1)))
+            except (ValueError, TypeError) as error:
+                known = ", ".join(f.value for f in Fault)
+                return _Reply(400, _error(f"{error} (line faults: {known})", "invalid_request_error"))
+        elif method == "DELETE":
+            self.clear_line_faults()
+        elif method != "GET":
+            return _Reply(405, _error(f"{method} is not taken here", "invalid_request_error"))
+        settings = settings_json(self._batches.settings)
+        return _Reply(200, {"settings": settings, "line_faults": self._batches.queued_line_faults()})
+
+    def _handle_files_and_batches(self, method: str, target: str, headers: Any, raw: bytes) -> _Reply:
+        """The Files and Batches endpoints (runs on the request's thread)."""
+        authorization = headers.get("Authorization")
+        if not authorization or not authorization.startswith("Bearer ") or not authorization[7:].strip():
+            return _Reply(
+                401,
+                _error(
+                    "You didn't provide an API key. Send Authorization: Bearer <key>.",
+                    "invalid_request_error",
+                    "missing_api_key",
+                ),
+            )
+        url = urlsplit(target)
+        parts = url.path.rstrip("/").split("/")[1:]  # ["v1", "files", id, "content"]
+        try:
+            if parts[1] == "files":
+                reply = self._handle_files(method, parts[2:], headers, raw)
+            elif parts[1] == "batches":
+                reply = self._handle_batches(method, parts[2:], url.query, raw)
+            else:
+                reply = None
+        except Refused as refused:
+            return _Reply(refused.status, refused.body)
+        return reply or _Reply(404, _error(f"Invalid URL ({method} {url.path})", "invalid_request_error"))
+
+    def _handle_files(self, method: str, rest: list[str], headers: Any, raw: bytes) -> _Reply | None:
+        if method == "POST" and not rest:
+            form = _multipart(headers.get("Content-Type", ""), raw)
+            filename, content = form.get("file", (None, b""))
+            if filename is None:
+                raise Refused(400, "Send the file as a multipart part named 'file'.", param="file")
+            purpose = form.get("purpose", (None, b""))[1].decode("utf-8", "replace")
+            return _Reply(200, self._batches.upload(filename, purpose, content))
+        if method == "GET" and len(rest) == 1:
+            return _Reply(200, self._batches.file(rest[0]))
+        if method == "GET" and len(rest) == 2 and rest[1] == "content":
+            return _Reply(200, None, raw=self._batches.content(rest[0]))
+        return None
+
+    def _handle_batches(self, method: str, rest: list[str], query: str, raw: bytes) -> _Reply | None:
+        if method == "POST" and not rest:
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError:
+                raise Refused(400, "We could not parse the JSON body of your request.") from None
+            return _Reply(200, self._batches.create(body))
+        if method == "GET" and not rest:
+            arguments = parse_qs(query)
+            try:
+                limit = int(arguments.get("limit", ["20"])[0])
+            except ValueError:
+                raise Refused(400, "limit must be an integer.", param="limit") from None
+            return _Reply(200, self._batches.list(limit, arguments.get("after", [None])[0]))
+        if method == "GET" and len(rest) == 1:
+            return _Reply(200, self._batches.retrieve(rest[0]))
+        if method == "POST" and len(rest) == 2 and rest[1] == "cancel":
+            return _Reply(200, self._batches.cancel(rest[0]))
+        return None
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         provider = self
@@ -674,6 +814,9 @@ class SimulatedProvider:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
                 path = self.path.split("?", 1)[0]
+                if path.startswith((FILES, BATCHES)):
+                    self._send(provider._handle_files_and_batches(self.command, self.path, self.headers, raw))
+                    return
                 try:
                     body = json.loads(raw) if raw else None
                 except ValueError:
@@ -697,9 +840,10 @@ class SimulatedProvider:
                 if reply.hang_up:
                     self.close_connection = True
                     return
-                payload = json.dumps(reply.body).encode()
+                payload = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
                 self.send_response(reply.status)
-                self.send_header("Content-Type", "application/json")
+                kind = "application/octet-stream" if reply.raw is not None else "application/json"
+                self.send_header("Content-Type", kind)
                 for key, value in reply.headers.items():
                     self.send_header(key, value)
                 self.send_header("Content-Length", str(len(payload)))
@@ -712,6 +856,84 @@ class SimulatedProvider:
                 pass  # the stats say what happened; request lines would only add noise to test output
 
         return Handler
+
+
+class _LineRunner:
+    """The chat endpoint's reader, lent to the batch store: what a batch line gets is what the same request
+    would get from /v1/chat/completions, minus quotas and latency (the Batch API has its own pool)."""
+
+    def __init__(self, provider: SimulatedProvider) -> None:
+        self._provider = provider
+
+    def prompt_tokens(self, body: dict[str, Any]) -> int:
+        messages = body.get("messages")
+        return estimate_tokens(prompt_text(messages if isinstance(messages, list) else []))
+
+    def answer(self, body: dict[str, Any], fault: str | None) -> tuple[int, dict[str, Any]]:
+        problem = _invalid_request(body)
+        if problem:
+            return 400, _error(problem[1], "invalid_request_error", "invalid_value", problem[0])
+        kind = _format_type(body)
+        if kind is not None and kind not in self._provider.config.supported_formats:
+            message = (
+                f"Invalid parameter: 'response_format' of type '{kind}' is not supported by this server."
+            )
+            return 400, _error(message, "invalid_request_error", "unsupported_value", "response_format")
+        model = str(body["model"])
+        checked = Fault(fault) if fault is not None else None
+        if checked is Fault.RATE_LIMIT:
+            message = f"Rate limit reached for {model} in organization {ORGANIZATION}: shedding load."
+            return 429, _error(message, "requests", "rate_limit_exceeded")
+        if checked in (Fault.SERVER_ERROR, Fault.INTERNAL_ERROR, Fault.OVERLOADED):
+            status = self._provider._server_error_status(checked)
+            return status, _server_error_body(status)
+        max_tokens = int(
+            body.get("max_completion_tokens")
+            or body.get("max_tokens")
+            or self._provider.config.default_max_tokens
+        )
+        call = _Call(body, model, checked, self.prompt_tokens(body), max_tokens, {})
+        completion, _ = self._provider._completion(call)
+        return 200, completion
+
+
+def _server_error_body(status: int) -> dict[str, Any]:
+    if status == 503:
+        return _error("The server is overloaded or not ready yet.", "server_error")
+    return _error("The server had an error while processing your request. Sorry about that!", "server_error")
+
+
+def _multipart(content_type: str, raw: bytes) -> dict[str, tuple[str | None, bytes]]:
+    """The parts of a multipart/form-data body by name, as (filename, data)."""
+    kind, _, parameters = content_type.partition(";")
+    if kind.strip().lower() != "multipart/form-data":
+        raise Refused(400, "Send the file as multipart/form-data.")
+    boundary = ""
+    for parameter in parameters.split(";"):
+        name, _, value = parameter.strip().partition("=")
+        if name.lower() == "boundary":
+            boundary = value.strip('"')
+    if not boundary:
+        raise Refused(400, "The multipart body has no boundary.")
+    form: dict[str, tuple[str | None, bytes]] = {}
+    for part in raw.split(b"--" + boundary.encode())[1:]:
+        if part.startswith(b"--"):
+            break  # the closing delimiter
+        head, separator, data = part.removeprefix(b"\r\n").partition(b"\r\n\r\n")
+        if not separator:
+            raise Refused(400, "A multipart part has no header end.")
+        disposition = ""
+        for header in head.decode("utf-8", "replace").split("\r\n"):
+            key, _, value = header.partition(":")
+            if key.strip().lower() == "content-disposition":
+                disposition = value
+        fields = {}
+        for item in disposition.split(";")[1:]:
+            key, _, value = item.strip().partition("=")
+            fields[key.lower()] = value.strip('"')
+        if "name" in fields:
+            form[fields["name"]] = (fields.get("filename"), data.removesuffix(b"\r\n"))
+    return form
 
 
 def _hang_up(connection: socket.socket) -> None:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     # Imported lazily at run time: the API Lambda imports this module's types but never calls a model,
     # and the SDK adds most of a second to its cold start.
     import openai
+    from openai.types.chat import ChatCompletion
 
 
 class OutcomeClass(StrEnum):
@@ -232,29 +233,50 @@ class OpenAIExtractor:
             return LlmResult(OutcomeClass.TRANSIENT, model, latency_ms=elapsed(), error=str(error)[:500])
 
         completion = raw.parse()
-        result = LlmResult(
-            OutcomeClass.OK,
-            completion.model or model,
+        return completion_result(
+            completion,
+            task.job_type,
+            model,
             latency_ms=elapsed(),
-            request_id=raw.headers.get("x-request-id") or completion.id,
+            request_id=raw.headers.get("x-request-id"),
             rate_limit_headers=_rate_limit_headers(raw.headers),
         )
-        if completion.usage is not None:
-            result.input_tokens = completion.usage.prompt_tokens
-            result.output_tokens = completion.usage.completion_tokens
-        choice = completion.choices[0] if completion.choices else None
-        message = choice.message if choice else None
-        if message is not None and getattr(message, "refusal", None):
-            result.outcome, result.error = OutcomeClass.REFUSED, f"refused: {message.refusal}"[:500]
-            return result
-        if choice is None or message is None or not message.content:
-            result.outcome, result.error = OutcomeClass.INVALID_OUTPUT, "the response has no content"
-            return result
-        if choice.finish_reason == "length":
-            result.outcome, result.error = OutcomeClass.INVALID_OUTPUT, "the output was cut off at max tokens"
-            return result
-        try:
-            result.output = parse_output(task.job_type, message.content)
-        except InvalidOutput as error:
-            result.outcome, result.error = OutcomeClass.INVALID_OUTPUT, f"invalid output: {error}"[:500]
+
+
+def completion_result(
+    completion: ChatCompletion,
+    job_type: JobType,
+    model: str,
+    *,
+    latency_ms: int = 0,
+    request_id: str | None = None,
+    rate_limit_headers: dict[str, str] | None = None,
+) -> LlmResult:
+    """A chat completion the provider answered with a 200, classified: the one reading shared by an immediate
+    call and a batch's output line, so the same answer ends the same way on either path."""
+    result = LlmResult(
+        OutcomeClass.OK,
+        completion.model or model,
+        latency_ms=latency_ms,
+        request_id=request_id or completion.id,
+        rate_limit_headers=rate_limit_headers or {},
+    )
+    if completion.usage is not None:
+        result.input_tokens = completion.usage.prompt_tokens
+        result.output_tokens = completion.usage.completion_tokens
+    choice = completion.choices[0] if completion.choices else None
+    message = choice.message if choice else None
+    if message is not None and getattr(message, "refusal", None):
+        result.outcome, result.error = OutcomeClass.REFUSED, f"refused: {message.refusal}"[:500]
         return result
+    if choice is None or message is None or not message.content:
+        result.outcome, result.error = OutcomeClass.INVALID_OUTPUT, "the response has no content"
+        return result
+    if choice.finish_reason == "length":
+        result.outcome, result.error = OutcomeClass.INVALID_OUTPUT, "the output was cut off at max tokens"
+        return result
+    try:
+        result.output = parse_output(job_type, message.content)
+    except InvalidOutput as error:
+        result.outcome, result.error = OutcomeClass.INVALID_OUTPUT, f"invalid output: {error}"[:500]
+    return result
