@@ -118,7 +118,9 @@ class BatchPoolContract:
         assert pool.room(POOL, MODEL) == 200
         assert pool.resize(Enqueued(POOL, MODEL, "crashed", 600), 100).tokens == 0, "not held any more"
 
-    def test_an_expired_holder_asking_again_gets_a_new_holding(self, pool: BatchPool, clock: FakeClock) -> None:
+    def test_an_expired_holder_asking_again_gets_a_new_holding(
+        self, pool: BatchPool, clock: FakeClock
+    ) -> None:
         granted(enqueue(pool, clock, "a", 600, lasts=timedelta(minutes=5)))
         clock.advance(300)
 

@@ -7,7 +7,8 @@ the holders as a map (holder -> tokens and expiry, in epoch milliseconds so cond
 integers) and their running total, which is what one conditional UpdateItem tests a grant against. Every
 write that changes a holder conditions on that holder as it was read, so the total stays the sum of the
 holders whatever writes interleave; expired holders a write sees go in the same write, under the same kind
-of condition. The in-memory pool has the same rules for unit tests and local runs.
+of condition. A holder takes ~80 bytes of the item's 400 KB, so a pool holds thousands of batches at once.
+The in-memory pool has the same rules for unit tests and local runs.
 """
 
 from __future__ import annotations
@@ -110,6 +111,16 @@ class PoolState:
 
     holders: Mapping[str, Holding] = field(default_factory=dict)
     enqueued: int = 0
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any] | None) -> PoolState:
+        if not item:
+            return cls()
+        holders = {
+            holder: Holding(int(entry["M"][TOKENS]["N"]), int(entry["M"][EXPIRES]["N"]))
+            for holder, entry in item.get(HOLDERS, {}).get("M", {}).items()
+        }
+        return cls(holders, int(item.get(ENQUEUED, {}).get("N", "0")))
 
     def live(self, holder: str, now_ms: int) -> Holding | None:
         held = self.holders.get(holder)
@@ -247,16 +258,6 @@ def _n(value: int) -> dict[str, str]:
     return {"N": str(value)}
 
 
-def _state(item: Mapping[str, Any] | None) -> PoolState:
-    if not item:
-        return PoolState()
-    holders = {
-        holder: Holding(int(entry["M"][TOKENS]["N"]), int(entry["M"][EXPIRES]["N"]))
-        for holder, entry in item.get(HOLDERS, {}).get("M", {}).items()
-    }
-    return PoolState(holders, int(item.get(ENQUEUED, {}).get("N", "0")))
-
-
 @dataclass
 class _Write:
     """One UpdateItem changing holders of a pool item: each change conditioned on the holder as read."""
@@ -323,13 +324,14 @@ class _Write:
         return self.state.enqueued + self.delta <= limit
 
     def request(self) -> dict[str, Any]:
+        sets = list(self.sets)
         total = self.name(ENQUEUED)
         if self.delta:
-            self.sets.append(f"{total} = {total} + {self.value(_n(self.delta))}")
+            sets.append(f"{total} = {total} + {self.value(_n(self.delta))}")
         now_s = self.now_ms // 1000
         # Only a pool nobody writes to for a week loses its item; no holding outlives that (MAX_HOLD).
-        self.sets.append(f"{self.name(TTL_ATTRIBUTE)} = {self.value(_n(now_s + POOL_ITEM_TTL_SECONDS))}")
-        clauses = ["SET " + ", ".join(self.sets)]
+        sets.append(f"{self.name(TTL_ATTRIBUTE)} = {self.value(_n(now_s + POOL_ITEM_TTL_SECONDS))}")
+        clauses = ["SET " + ", ".join(sets)]
         if self.removes:
             clauses.append("REMOVE " + ", ".join(self.removes))
         return {
@@ -469,7 +471,10 @@ class DynamoDbBatchPool:
                 if failed.item is None and not make_missing:
                     gone = plan(PoolState())  # the item is gone, and every holding with it
                     return None if isinstance(gone, _Write) else gone
-                state = _state(failed.item) if failed.item is not None else self._read(key, make_missing=True)
+                if failed.item is None:  # gone between the read and the write: made again, empty
+                    state = self._read(key, make_missing=True)
+                else:
+                    state = PoolState.from_item(failed.item)
                 continue
             if planned.reclaim_only:
                 state = self._read(key)
@@ -483,7 +488,7 @@ class DynamoDbBatchPool:
         ).get("Item")
         if item is None and make_missing:
             self._create(key)
-        return _state(item)
+        return PoolState.from_item(item)
 
     def _create(self, key: str) -> None:
         """An empty pool item; another worker making it first is just as good."""
