@@ -335,6 +335,16 @@ class LimiterSettings(BaseSettings):
         "(llama.cpp-style servers) or `prompt` (the schema in the prompt only). Every answer is parsed "
         "strictly: one JSON object, nothing around it.",
     )
+    provider_batch_enqueued_tokens: int = Field(
+        default=2_000_000,
+        ge=1,
+        description="The Batch API's enqueued prompt tokens per model: what all batches not yet ended may "
+        "hold at once, a pool of its own beside the per-minute budget.",
+    )
+    provider_batch_enqueued_tokens_by_model: dict[str, int] = Field(
+        default={},
+        description="Per-model overrides of PROVIDER_BATCH_ENQUEUED_TOKENS (JSON, model -> tokens).",
+    )
     limiter_table: str | None = Field(
         default=None,
         description="DynamoDB table of the shared budget; unset means a per-process budget (local only).",
@@ -389,6 +399,13 @@ class LimiterSettings(BaseSettings):
         description="How long one denied higher-tier call holds lower tiers at their shares unless it asks "
         "again (a waiting call asks every ~0.1 s; its grant ends the hold at once).",
     )
+
+    @field_validator("provider_batch_enqueued_tokens_by_model")
+    @classmethod
+    def _batch_limits_positive(cls, limits: dict[str, int]) -> dict[str, int]:
+        if any(tokens < 1 for tokens in limits.values()):
+            raise ValueError("every model's batch pool must hold at least one token")
+        return limits
 
     @model_validator(mode="after")
     def _tiers_in_order(self) -> LimiterSettings:

@@ -39,6 +39,8 @@ pytestmark = pytest.mark.infrastructure
 # - LIMITER_SHARDS (0 = derived from the rate), LIMITER_PERMIT_TTL_SECONDS, LIMITER_AIMD_INCREASE/DECREASE
 #   and LIMITER_UNAVAILABLE_ALLOWANCE_PER_MINUTE (0 = fail closed) keep the model's defaults, which are
 #   the production values; no stage tunes them yet.
+# - PROVIDER_BATCH_ENQUEUED_TOKENS and PROVIDER_BATCH_ENQUEUED_TOKENS_BY_MODEL: the Batch API's enqueued-token
+#   limit per model keeps the model's default until a stage names its OpenAI account's own limits.
 # - WEBHOOKS_ALLOW_PRIVATE_TARGETS: local development only; deployed endpoints
 #   must be HTTPS and public, and the sender refuses private addresses.
 # - REDRIVE_EXTRA_ATTEMPTS and REDRIVE_DEADLINE_SECONDS (ops): the model's defaults are what the support CLI
@@ -85,6 +87,8 @@ LEFT_TO_DEFAULT = {
         "LIMITER_AIMD_INCREASE",
         "LIMITER_AIMD_DECREASE",
         "LIMITER_UNAVAILABLE_ALLOWANCE_PER_MINUTE",
+        "PROVIDER_BATCH_ENQUEUED_TOKENS",
+        "PROVIDER_BATCH_ENQUEUED_TOKENS_BY_MODEL",
         "SYSTEM_MONTHLY_BUDGET_USD",
     },
 }

@@ -1,6 +1,7 @@
 """Chooses the limiter an entrypoint uses from its settings: the budget shared in DynamoDB when a table is
 configured, a per-process budget otherwise (local runs only: a deployed worker refuses to start without the
-table). The drain benchmark's baselines are the development package's, injected by its own entrypoint."""
+table). The drain benchmark's baselines are the development package's, injected by its own entrypoint. The
+Batch API's pool of enqueued tokens is chosen the same way, from the same table."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from tollgate.core.clock import Clock
 from tollgate.execution.limiter.aimd import AimdPolicy
 from tollgate.execution.limiter.base import Limiter, TierShares
+from tollgate.execution.limiter.batch_pool import BatchPool, DynamoDbBatchPool, InMemoryBatchPool, Limits
 from tollgate.execution.limiter.dynamodb import DynamoDbLimiter, derive_shards
 from tollgate.execution.limiter.local import InProcessLimiter
 from tollgate.settings import LimiterSettings
@@ -35,13 +37,16 @@ def tier_shares(settings: LimiterSettings) -> TierShares:
     )
 
 
+def limiter_client() -> DynamoDBClient:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client("dynamodb", config=Config(**LIMITER_CLIENT_CONFIG))
+
+
 def build_limiter(settings: LimiterSettings, clock: Clock, dynamodb: DynamoDBClient | None = None) -> Limiter:
     if settings.limiter_table:
-        if dynamodb is None:
-            import boto3
-            from botocore.config import Config
-
-            dynamodb = boto3.client("dynamodb", config=Config(**LIMITER_CLIENT_CONFIG))
+        dynamodb = dynamodb or limiter_client()
         rpm, in_flight = settings.provider_requests_per_minute, settings.provider_max_in_flight
         return DynamoDbLimiter(
             dynamodb,
@@ -66,3 +71,12 @@ def build_limiter(settings: LimiterSettings, clock: Clock, dynamodb: DynamoDBCli
         permit_ttl_seconds=settings.limiter_permit_ttl_seconds,
         tier_shares=tier_shares(settings),
     )
+
+
+def build_batch_pool(settings: LimiterSettings, dynamodb: DynamoDBClient | None, clock: Clock) -> BatchPool:
+    """The Batch API's enqueued-token pool, in the immediate budget's table when there is one (its items are
+    keyed apart); per process otherwise, like the limiter, and for local runs only."""
+    limits = Limits(settings.provider_batch_enqueued_tokens, settings.provider_batch_enqueued_tokens_by_model)
+    if settings.limiter_table:
+        return DynamoDbBatchPool(dynamodb or limiter_client(), settings.limiter_table, clock, limits)
+    return InMemoryBatchPool(clock, limits)
