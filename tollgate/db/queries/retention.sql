@@ -173,19 +173,25 @@ SELECT count(*) AS deleted FROM gone
 -- name: delete_settled_batch_members
 -- The lines of provider batches settled before the cutoff, oldest batch first: every line's outcome was
 -- committed long ago, and each attempt keeps its batch_id and discount. Bounded by lines, not batches (a batch
--- holds up to 50,000); lines a poller holds are skipped and come back in a later batch.
+-- holds up to 50,000); lines a poller holds are skipped and come back in a later batch. Each batch's lines are
+-- one range of the primary key (the LIMIT and key order inside LATERAL keep the planner from scanning the
+-- table when there are few batches), and the locked lines are deleted by their row addresses (a TID scan),
+-- for the same reason.
 WITH gone AS (
-    DELETE FROM provider_batch_jobs m
-    USING (
-        SELECT l.batch_id, l.job_id
+    DELETE FROM provider_batch_jobs
+    WHERE ctid = ANY(ARRAY(
+        SELECT l.line
         FROM provider_batches b
-        JOIN provider_batch_jobs l ON l.batch_id = b.batch_id
+        CROSS JOIN LATERAL (
+            SELECT m.ctid AS line FROM provider_batch_jobs m
+            WHERE m.batch_id = b.batch_id
+            ORDER BY m.job_id
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ) l
         WHERE b.settled_at < %(before)s
         ORDER BY b.settled_at
-        LIMIT %(limit)s
-        FOR UPDATE OF l SKIP LOCKED
-    ) expired
-    WHERE m.batch_id = expired.batch_id AND m.job_id = expired.job_id
+        LIMIT %(limit)s))
     RETURNING 1
 )
 SELECT count(*) AS deleted FROM gone
