@@ -106,7 +106,9 @@ REVOKE ALL ON FUNCTION add_attempt_usage(uuid, date, text, text, integer, bigint
     numeric) FROM PUBLIC;
 
 -- Closed batch attempts recorded before this migration (if any: migration 0019 came without a writer) join
--- their rows, which already hold their tokens and cost. A one-time read of the attempts that name a batch.
+-- their rows, which already hold their tokens and cost. A one-time read of job_attempts (no index on
+-- batch_id; the table holds the attempts retention keeps), while this transaction holds usage_daily, so
+-- attempts closing meanwhile wait for it rather than count twice or not at all.
 INSERT INTO usage_daily AS u (tenant_id, day, job_type, model, batch_attempts, discount_usd)
 SELECT a.tenant_id, (a.finished_at AT TIME ZONE 'UTC')::date, j.job_type, coalesce(a.model, ''), count(*),
        coalesce(sum(a.discount_usd), 0)
