@@ -20,8 +20,9 @@ from tollgate.settings import REPO_ROOT
 from tollgate_dev.local.postgres import create_database, drop_database, with_dbname
 
 MIGRATIONS = REPO_ROOT / "migrations"
-# Tenants first: CASCADE reaches every table that refers to them; the rest have no tenant key.
-TABLES = "tenants, outbox_events, inbox_quarantine, support_audit"
+# Tenants first: CASCADE reaches every table that refers to them; the rest have no tenant key (a provider
+# batch carries several tenants' jobs).
+TABLES = "tenants, outbox_events, inbox_quarantine, support_audit, provider_batches"
 # A thread a test stopped may still be on its way out; this bounds the wait for it on a loaded machine.
 THREAD_EXIT_SECONDS = 60.0
 # pytest itself names the running test and phase here.

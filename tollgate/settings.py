@@ -128,6 +128,13 @@ class PricingSettings(BaseSettings):
         description="Spend budget in USD per UTC month across all tenants; unset is none. Admission refuses "
         "(429 spend-budget-exhausted) and workers stop calling when it would be passed.",
     )
+    batch_price_factor: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="The Batch API's price as a share of the list price: an attempt made through a provider "
+        "batch records this share of its list cost as paid and the rest as its discount.",
+    )
 
 
 class ApiSettings(DatabaseSettings, AdmissionSettings, ExtractionSettings, PricingSettings):

@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -202,6 +203,38 @@ class Seeder:
             )
         return job_id
 
+    def batch(self, lines: list[tuple[UUID, UUID]], at: datetime, *, settled: bool = True) -> UUID:
+        """A provider batch created an hour before ``at`` carrying these (job, tenant) lines, whose attempts
+        name it: settled (completed, every line settled) at ``at``, or still in progress with its lines open."""
+        batch_id = uuid4()
+        with psycopg.connect(self.url) as conn:
+            conn.execute(
+                "INSERT INTO provider_batches (batch_id, provider_pool, model, state, request_count,"
+                " provider_batch_id, created_at, submitted_at, ended_at, settled_at)"
+                " VALUES (%s, 'openai', 'gpt-4.1-mini', %s, %s, %s, %s, %s, %s, %s)",
+                (
+                    batch_id,
+                    "completed" if settled else "in_progress",
+                    len(lines),
+                    f"batch_{batch_id.hex}",
+                    at - timedelta(hours=1),
+                    at - timedelta(hours=1),
+                    at if settled else None,
+                    at if settled else None,
+                ),
+            )
+            for job_id, tenant_id in lines:
+                conn.execute(
+                    "INSERT INTO provider_batch_jobs (batch_id, job_id, tenant_id, attempt, fence, settled_at,"
+                    " outcome) VALUES (%s, %s, %s, 1, 1, %s, %s)",
+                    (batch_id, job_id, tenant_id, at if settled else None, "ok" if settled else None),
+                )
+                conn.execute(
+                    "UPDATE job_attempts SET batch_id = %s, discount_usd = 0.000840 WHERE job_id = %s",
+                    (batch_id, job_id),
+                )
+        return batch_id
+
     def _job(
         self,
         conn: psycopg.Connection[Any],
@@ -367,6 +400,108 @@ def test_after_n_days_each_table_holds_its_retention_and_the_archives_hold_the_r
     stored = {v["Key"] for v in s3.list_object_versions(Bucket=BUCKET, Prefix="tenants/").get("Versions", [])}
     assert stored == kept
     assert query(clean_db, "SELECT count(*) AS n FROM document_object_deletions")[0]["n"] == 0
+
+
+def batch_table_counts(url: str) -> tuple[int, int]:
+    (row,) = query(
+        url,
+        "SELECT (SELECT count(*) FROM provider_batches) AS batches,"
+        " (SELECT count(*) FROM provider_batch_jobs) AS lines",
+    )
+    return row["batches"], row["lines"]
+
+
+def test_after_n_days_provider_batches_and_their_lines_hold_their_retention(
+    seed: Seeder, system_db: Any, store: S3RetentionStore, s3: Any, clean_db: str
+) -> None:
+    """Every simulated day one provider batch carries the jobs two tenants finish that day and settles; one
+    tenant keeps its jobs longer (8 days) than the deployment's 5, the other shorter (3). A batch and its
+    lines go 5 days after it settled, a shorter-lived job's line with its job, and nothing is blocked by the
+    lines referencing jobs."""
+    long_tenant = seed.tenant(system_db, "long-retention", retention_days=8)
+    short_tenant = seed.tenant(system_db, "short-retention", retention_days=3)
+    days, per_day = 12, 2
+    sizes: list[tuple[int, int]] = []
+
+    for day in range(days):
+        lines = []
+        for tenant_id in (long_tenant, short_tenant):
+            for n in range(per_day):
+                at = START + day * DAY + timedelta(hours=9, minutes=n)
+                lines.append((seed.finished_job(tenant_id, f"d{day}-{n}", at), tenant_id))
+        seed.batch(lines, START + day * DAY + timedelta(hours=10))
+        clock = FakeClock(START + (day + 1) * DAY)
+
+        report = apply_retention(system_db, clock, store, POLICY)
+
+        assert report.rules_failed == []
+        (oldest,) = query(clean_db, "SELECT min(settled_at) AS at FROM provider_batches")
+        assert oldest["at"] >= clock.now() - POLICY.default_days * DAY, "a batch outlived its retention"
+        sizes.append(batch_table_counts(clean_db))
+
+    steady = sizes[8 + 1 :]
+    assert all(size == steady[0] for size in steady), sizes
+    # The last five batches, with the long tenant's lines of five days and the short tenant's of three.
+    assert steady[0] == (POLICY.default_days, per_day * (POLICY.default_days + 3))
+    # An archived attempt still names the batch it ran in, and what the batch price saved.
+    archived = [attempt for _, job in archived_lines(s3) for attempt in job.attempts]
+    assert archived and all(
+        a.batch_id is not None and a.discount_usd == Decimal("0.000840") for a in archived
+    )
+
+
+def test_an_open_batch_and_a_finished_job_with_an_unsettled_line_are_kept_until_settled(
+    seed: Seeder, system_db: Any, store: S3RetentionStore, clean_db: str
+) -> None:
+    """A job cancelled while its line waits in a batch the provider is still running: the poller has yet to
+    discard that line, so neither the job nor the batch goes, however old."""
+    tenant_id = seed.tenant(system_db, "acme")
+    long_ago = START - timedelta(days=400)
+    cancelled = seed.finished_job(tenant_id, "cancelled", long_ago, state="CANCELLED")
+    running = seed.batch([(cancelled, tenant_id)], long_ago, settled=False)
+
+    report = apply_retention(system_db, FakeClock(START), store, POLICY)
+
+    assert report.rules_failed == [], "kept because it is no candidate, not because a delete failed"
+    assert report.deleted["extraction_jobs"] == 0
+    assert table_counts(clean_db)["extraction_jobs"] == 1
+    assert batch_table_counts(clean_db) == (1, 1)
+
+    # when the poller settles the line and the batch
+    with psycopg.connect(clean_db) as conn:
+        conn.execute(
+            "UPDATE provider_batch_jobs SET settled_at = %s, outcome = 'discarded' WHERE batch_id = %s",
+            (long_ago, running),
+        )
+        conn.execute(
+            "UPDATE provider_batches SET state = 'completed', ended_at = %s, settled_at = %s"
+            " WHERE batch_id = %s",
+            (long_ago, long_ago, running),
+        )
+    report = apply_retention(system_db, FakeClock(START), store, POLICY)
+
+    assert report.rules_failed == []
+    assert report.deleted["extraction_jobs"] == 1
+    assert report.deleted["provider_batches"] == 1
+    assert batch_table_counts(clean_db) == (0, 0)
+
+
+def test_batch_retention_deletes_a_big_batch_in_bounded_batches_of_lines(
+    seed: Seeder, system_db: Any, store: S3RetentionStore, clean_db: str
+) -> None:
+    """A batch's lines go at most batch_size at a time: the batch row waits for the last of them."""
+    tenant_id = seed.tenant(system_db, "acme", retention_days=3650)
+    jobs = [(seed.finished_job(tenant_id, f"k{n}", START), tenant_id) for n in range(12)]
+    seed.batch(jobs, START)
+    policy = RetentionPolicy(default_days=5, batch_size=5, max_batches=1)
+    clock = FakeClock(START + 10 * DAY)
+
+    ticks = [apply_retention(system_db, clock, store, policy) for _ in range(3)]
+
+    assert [t.deleted["provider_batch_jobs"] for t in ticks] == [5, 5, 2]
+    assert [t.deleted["provider_batches"] for t in ticks] == [0, 0, 1]
+    assert batch_table_counts(clean_db) == (0, 0)
+    assert table_counts(clean_db)["extraction_jobs"] == 12, "the tenant keeps its jobs for ten years"
 
 
 def test_an_unfinished_job_and_a_document_still_in_use_are_never_deleted(
@@ -671,6 +806,9 @@ BATCH_SCANS = {
     "delete_old_inbox_rows": ({"before": START, "limit": 500}, "execution_inbox_retention"),
     "delete_old_quarantine_rows": ({"before": START, "limit": 500}, "inbox_quarantine_retention"),
     "delete_job_inbox_rows": ({"job_ids": [uuid4()]}, "execution_inbox_by_job"),
+    "delete_job_batch_members": ({"job_ids": [uuid4()]}, "provider_batch_jobs_by_job"),
+    "delete_settled_batch_members": ({"before": START, "limit": 500}, "provider_batches_settled"),
+    "delete_settled_provider_batches": ({"before": START, "limit": 500}, "provider_batches_settled"),
     "delete_unreferenced_documents": (
         {"document_ids": [uuid4()], "now": START},
         "extraction_jobs_by_document",

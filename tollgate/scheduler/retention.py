@@ -7,9 +7,13 @@ bounded"), in bounded batches of short transactions, and archives each finished 
 - documents: with the last job that uses them, their S3 object version after them;
 - settled webhook deliveries and their attempts: after the tenant's retention since their last change;
 - published outbox events: ``outbox_days`` after publishing;
-- execution inbox and quarantine rows: ``inbox_days`` after receipt.
+- execution inbox and quarantine rows: ``inbox_days`` after receipt;
+- provider batches and their lines: ``default_days`` (the deployment's retention of attempts) after the batch
+  settled, lines first; a deleted job's lines go with it. A tenant's own retention does not keep them: they
+  are the system's record of its batches, and each attempt keeps its batch id and discount.
 
-Unfinished jobs, unpublished events and PENDING deliveries are never candidates. ``support_audit`` is kept:
+Unfinished jobs, unpublished events, PENDING deliveries, unsettled batches and jobs with an unsettled line
+in a batch are never candidates. ``support_audit`` is kept:
 it grows with people's actions, not with jobs, and the trail of who changed what outlives the data.
 
 An archive is one JSON Lines object per tenant, finish day and batch
@@ -159,6 +163,9 @@ class ArchivedAttempt(BaseModel):
     latency_ms: int | None
     provider_request_id: str | None
     error: dict[str, Any] | None
+    # An attempt made through a provider batch: the batch, and what its price saved against the list price.
+    batch_id: UUID | None = None
+    discount_usd: Decimal | None = None
 
 
 class ArchivedJob(BaseModel):
@@ -290,6 +297,8 @@ def apply_retention(
         ("execution_inbox", _delete_old_inbox_rows),
         ("inbox_quarantine", _delete_old_quarantine_rows),
         ("webhook_deliveries", _delete_expired_deliveries),
+        ("provider_batch_jobs", _delete_settled_batch_members),
+        ("provider_batches", _delete_settled_provider_batches),
         ("extraction_jobs", _archive_and_delete_jobs),
         ("document_objects", _delete_document_objects),
     )
@@ -335,6 +344,22 @@ def _delete_old_quarantine_rows(run: _Run) -> int:
     with run.db.transaction() as conn:
         deleted = _count(conn, run.db.q.delete_old_quarantine_rows, params)
     run.report.deleted["inbox_quarantine"] += deleted
+    return deleted
+
+
+def _delete_settled_batch_members(run: _Run) -> int:
+    params = {"before": _cutoff(run, run.policy.default_days), "limit": run.policy.batch_size}
+    with run.db.transaction() as conn:
+        deleted = _count(conn, run.db.q.delete_settled_batch_members, params)
+    run.report.deleted["provider_batch_jobs"] += deleted
+    return deleted
+
+
+def _delete_settled_provider_batches(run: _Run) -> int:
+    params = {"before": _cutoff(run, run.policy.default_days), "limit": run.policy.batch_size}
+    with run.db.transaction() as conn:
+        deleted = _count(conn, run.db.q.delete_settled_provider_batches, params)
+    run.report.deleted["provider_batches"] += deleted
     return deleted
 
 
@@ -398,6 +423,7 @@ def _delete_archived_jobs(run: _Run, jobs: Sequence[ArchivedJob]) -> None:
         ids = {"job_ids": [row["job_id"] for row in locked]}
         # Children first: each references its job.
         deleted["job_attempts"] += conn.execute(q.delete_job_attempts, ids).rowcount
+        deleted["provider_batch_jobs"] += conn.execute(q.delete_job_batch_members, ids).rowcount
         deleted["extraction_results"] += conn.execute(q.delete_job_results, ids).rowcount
         deleted["execution_inbox"] += conn.execute(q.delete_job_inbox_rows, ids).rowcount
         deleted["extraction_jobs"] += conn.execute(q.delete_finished_jobs, ids).rowcount

@@ -23,6 +23,15 @@ from tollgate.events import TenantSpendThreshold, outbox_row
 from tollgate.usage.spend import MonthSpend, thresholds_crossed
 
 MAX_RANGE_DAYS = 366
+# What usage_by_attempts sums, and so what a report's total adds up over its rows.
+ATTEMPT_TOTALS = (
+    "attempts",
+    "input_tokens",
+    "output_tokens",
+    "cost_usd",
+    "batch_attempts",
+    "batch_discount_usd",
+)
 
 
 class UsageDimension(StrEnum):
@@ -45,6 +54,14 @@ class UsageRow(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: Decimal = Decimal("0")
+    batch_attempts: int = Field(
+        default=0, description="Of the attempts, those made through a provider batch (the Batch API)."
+    )
+    batch_discount_usd: Decimal = Field(
+        default=Decimal("0"),
+        description="What the batch price saved against the list price; cost_usd is what was paid, so "
+        "cost_usd + batch_discount_usd is the cost at the list price.",
+    )
     finished_jobs: int | None = Field(
         default=None, description="Jobs that reached a finished state; null when grouped by model."
     )
@@ -151,9 +168,7 @@ def get_usage(db: Database, tenant_id: UUID | None, query: UsageQuery) -> UsageR
             row = _with_jobs(dict(by_key.get(key) or {}), jobs_by_key.get(key))
             row.update(tenant=key[0], day=key[1], job_type=key[2])
             rows.append(UsageRow.model_validate(row))
-    total = _with_jobs(
-        _sum(attempts, ("attempts", "input_tokens", "output_tokens", "cost_usd")), _sum_jobs(jobs)
-    )
+    total = _with_jobs(_sum(attempts, ATTEMPT_TOTALS), _sum_jobs(jobs))
     return UsageReport(
         from_day=query.from_day,
         to_day=query.to_day,

@@ -1,4 +1,5 @@
-"""The tenant's usage: attempts, tokens, cost and completed jobs over a range of UTC days."""
+"""The tenant's usage: attempts, tokens, cost (with the batch discount) and completed jobs over a range of UTC
+days."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         description="Read from aggregates written with each attempt's outcome, never by counting jobs. Needs "
         "the jobs:read scope. Attempts, tokens and cost count on the UTC day each attempt closed; jobs on "
         "the day they finished. cost_per_completed_job divides the cost of every attempt of the jobs that "
-        "completed (SUCCEEDED) by their number; it is null when grouping by model.",
+        "completed (SUCCEEDED) by their number; it is null when grouping by model. batch_attempts counts the "
+        "attempts made through a provider batch, and batch_discount_usd what the batch price saved against "
+        "the list price (cost_usd is what was paid).",
         responses={**documented(UsageReport, "Usage rows and their total"), **problem_responses(401, 422)},
         tags=["usage"],
     )

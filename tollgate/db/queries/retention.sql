@@ -6,7 +6,8 @@
 -- Finished jobs past their tenant's retention, with what their archive line needs (a reviewer's decision
 -- included). One probe of extraction_jobs_retention_decided per tenant, each with that tenant's own cutoff;
 -- the outer LIMIT ends the walk once the batch is full. Only finished rows that wait for nobody are in that
--- index: an unfinished job, or one waiting for a reviewer, is never a candidate.
+-- index: an unfinished job, or one waiting for a reviewer, is never a candidate. Nor is one whose line in a
+-- provider batch is still unsettled (a job cancelled while in a batch): the poller has yet to deal with it.
 SELECT j.job_id, j.tenant_id, j.idempotency_key, j.request_hash, j.job_type, j.schema_version,
        j.model_policy, j.options, j.metadata, j.priority, j.state, j.state_version, j.attempt,
        j.max_attempts, j.estimated_tokens, j.trace_context, j.last_error, j.created_at, j.deadline_at,
@@ -23,6 +24,7 @@ CROSS JOIN LATERAL (
     WHERE e.tenant_id = t.tenant_id
       AND e.finished_at < %(now)s - make_interval(days => coalesce(t.retention_days, %(default_days)s))
       AND e.state <> 'REVIEW_REQUIRED'
+      AND NOT EXISTS (SELECT 1 FROM provider_batch_jobs m WHERE m.job_id = e.job_id AND m.settled_at IS NULL)
     ORDER BY e.finished_at
     LIMIT %(limit)s
 ) expired
@@ -34,7 +36,7 @@ LIMIT %(limit)s
 
 -- name: attempts_of_jobs
 SELECT job_id, attempt, fence, worker_id, started_at, finished_at, outcome, model, input_tokens,
-       output_tokens, cost_usd, latency_ms, provider_request_id, error
+       output_tokens, cost_usd, latency_ms, provider_request_id, error, batch_id, discount_usd
 FROM job_attempts WHERE job_id = ANY(%(job_ids)s) ORDER BY job_id, attempt
 
 -- name: lock_archived_jobs
@@ -51,6 +53,11 @@ FOR UPDATE OF j
 
 -- name: delete_job_attempts
 DELETE FROM job_attempts WHERE job_id = ANY(%(job_ids)s)
+
+-- name: delete_job_batch_members
+-- A deleted job's lines in provider batches (settled: expired_jobs passes over a job with an unsettled one);
+-- they reference the job. The batch rows stay for their own rule.
+DELETE FROM provider_batch_jobs WHERE job_id = ANY(%(job_ids)s)
 
 -- name: delete_job_results
 DELETE FROM extraction_results WHERE job_id = ANY(%(job_ids)s)
@@ -159,6 +166,48 @@ WITH gone AS (
     WHERE quarantine_id IN (
         SELECT quarantine_id FROM inbox_quarantine WHERE received_at < %(before)s ORDER BY received_at
         LIMIT %(limit)s)
+    RETURNING 1
+)
+SELECT count(*) AS deleted FROM gone
+
+-- name: delete_settled_batch_members
+-- The lines of provider batches settled before the cutoff, oldest batch first: every line's outcome was
+-- committed long ago, and each attempt keeps its batch_id and discount. Bounded by lines, not batches (a batch
+-- holds up to 50,000); lines a poller holds are skipped and come back in a later batch. Each batch's lines are
+-- one range of the primary key (the LIMIT and key order inside LATERAL keep the planner from scanning the
+-- table when there are few batches), and the locked lines are deleted by their row addresses (a TID scan),
+-- for the same reason.
+WITH gone AS (
+    DELETE FROM provider_batch_jobs
+    WHERE ctid = ANY(ARRAY(
+        SELECT l.line
+        FROM provider_batches b
+        CROSS JOIN LATERAL (
+            SELECT m.ctid AS line FROM provider_batch_jobs m
+            WHERE m.batch_id = b.batch_id
+            ORDER BY m.job_id
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ) l
+        WHERE b.settled_at < %(before)s
+        ORDER BY b.settled_at
+        LIMIT %(limit)s))
+    RETURNING 1
+)
+SELECT count(*) AS deleted FROM gone
+
+-- name: delete_settled_provider_batches
+-- Provider batches settled before the cutoff whose lines are gone (delete_settled_batch_members runs first,
+-- or retention deleted their jobs). An open batch (settled_at NULL) is never a candidate.
+WITH gone AS (
+    DELETE FROM provider_batches
+    WHERE batch_id IN (
+        SELECT b.batch_id FROM provider_batches b
+        WHERE b.settled_at < %(before)s
+          AND NOT EXISTS (SELECT 1 FROM provider_batch_jobs m WHERE m.batch_id = b.batch_id)
+        ORDER BY b.settled_at
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED)
     RETURNING 1
 )
 SELECT count(*) AS deleted FROM gone

@@ -58,7 +58,8 @@ UPDATE tenants SET monthly_budget_usd = %(budget)s WHERE tenant_id = %(tenant_id
 -- name: usage_by_attempts
 -- Attempts, tokens and cost over an inclusive range of UTC days, for one tenant (%(tenant_id)s) or all
 -- (NULL, support staff as tollgate_system), summed over the dimensions not asked for: each by_* flag keeps
--- its dimension, else it collapses to NULL.
+-- its dimension, else it collapses to NULL. Of those attempts, the ones made through a provider batch and
+-- what the batch price saved (migration 0020).
 SELECT CASE WHEN %(by_tenant)s::boolean THEN t.name END AS tenant,
        CASE WHEN %(by_day)s::boolean THEN u.day END AS day,
        CASE WHEN %(by_job_type)s::boolean THEN u.job_type END AS job_type,
@@ -66,7 +67,9 @@ SELECT CASE WHEN %(by_tenant)s::boolean THEN t.name END AS tenant,
        sum(u.attempts)::bigint AS attempts,
        sum(u.input_tokens)::bigint AS input_tokens,
        sum(u.output_tokens)::bigint AS output_tokens,
-       sum(u.cost_usd) AS cost_usd
+       sum(u.cost_usd) AS cost_usd,
+       sum(u.batch_attempts)::bigint AS batch_attempts,
+       sum(u.discount_usd) AS batch_discount_usd
 FROM usage_daily u JOIN tenants t USING (tenant_id)
 WHERE (%(tenant_id)s::uuid IS NULL OR u.tenant_id = %(tenant_id)s::uuid)
   AND u.day BETWEEN %(from_day)s AND %(to_day)s
