@@ -429,18 +429,21 @@ class BatchSettings(BaseSettings):
     batch_api: bool = Field(
         default=False,
         description="Send batch-tier jobs whose deadline leaves the Batch API's 24 h window, a settle and an "
-        "immediate attempt (BATCH_SETTLE_SECONDS, BATCH_FALLBACK_SECONDS) through the provider's Batch API, at "
-        "its price; the worker serving the batch tier then runs the batcher and poller instead of batch-tier "
-        "slots. Retries and jobs back from an expired batch run on the immediate path.",
+        "immediate attempt (BATCH_SETTLE_SECONDS, BATCH_FALLBACK_SECONDS) through the provider's Batch API, "
+        "at its price; the worker serving the batch tier then runs the batcher and poller instead of "
+        "batch-tier slots. Retries and jobs back from an expired batch run on the immediate path.",
     )
     batch_max_requests: int = Field(
-        default=1_000, ge=1, le=50_000, description="Request lines per batch file (the provider allows 50,000)."
+        default=1_000,
+        ge=1,
+        le=50_000,
+        description="Request lines per batch file (the provider allows 50,000).",
     )
     batch_max_bytes: int = Field(
         default=100 * 1024 * 1024,
         ge=1024,
         le=200 * 1000 * 1000,
-        description="Bytes per batch file (the provider allows 200 MB); the batcher holds one file in memory.",
+        description="Bytes per batch file (the provider allows 200 MB); the batcher holds a file in memory.",
     )
     batch_settle_seconds: float = Field(
         default=3_600.0, gt=0, description="Kept on a batched job's lease past the 24 h window, to settle it."
@@ -448,7 +451,7 @@ class BatchSettings(BaseSettings):
     batch_fallback_seconds: float = Field(
         default=3_600.0,
         ge=0,
-        description="Kept before a job's deadline for an immediate attempt after its batch, should it not answer.",
+        description="Kept before a job's deadline for an immediate attempt after its batch, if it fails.",
     )
     batch_poll_seconds: float = Field(default=60.0, gt=0, description="How often an open batch is looked at.")
     batch_interval_seconds: float = Field(

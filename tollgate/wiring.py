@@ -297,7 +297,7 @@ def build_batch(
     return BatchDeps(
         execution=execution,
         api=api,
-        pool=pool or build_batch_pool(settings, execution.clock),
+        pool=pool or build_batch_pool(settings, None, execution.clock),
         config=BatchConfig(
             max_requests=settings.batch_max_requests,
             max_bytes=settings.batch_max_bytes,

@@ -10,8 +10,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Iterator
-from dataclasses import replace
-from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -28,7 +27,7 @@ from tollgate.execution.attempt import AttemptEnd, ExecutionDeps, run_attempt
 from tollgate.execution.batch.batcher import Round, SubmitEnd, prepare_round, submit_batch
 from tollgate.execution.batch.deps import BatchConfig, BatchDeps
 from tollgate.execution.batch.poller import PollReport, poll_batches
-from tollgate.execution.limiter.batch_pool import InMemoryBatchPool
+from tollgate.execution.limiter.batch_pool import InMemoryBatchPool, Limits
 from tollgate.execution.llm.batch_api import OpenAIBatchApi
 from tollgate.execution.llm.client import OpenAIExtractor
 from tollgate.execution.llm.output import StructuredOutput
@@ -111,13 +110,15 @@ def batch_deps(system_db, simulator, clock, *, worker_id="batcher-a", **config: 
     return BatchDeps(
         execution=execution,
         api=api,
-        pool=InMemoryBatchPool(clock, default_limit=POOL_LIMIT),
+        pool=InMemoryBatchPool(clock, Limits(POOL_LIMIT)),
         config=BatchConfig(**{"max_requests": 100, "interval_seconds": 1.0, **config}),
         structured_output=StructuredOutput.JSON_SCHEMA,
     )
 
 
-def submit_invoices(tenant, count: int, *, deadline_seconds: int = BATCH_DEADLINE_SECONDS, seed: int = 7) -> list[str]:
+def submit_invoices(
+    tenant, count: int, *, deadline_seconds: int = BATCH_DEADLINE_SECONDS, seed: int = 7
+) -> list[str]:
     invoices = generate_invoices(count, seed=seed, kinds=["clean"] * count)
     return [
         tenant.client.submit(
@@ -145,7 +146,9 @@ def poll_until_settled(deps: BatchDeps, clock: FakeClock, *, step: float = COMPL
         report = poll_batches(deps)
         for name in ("looked_at", "adopted", "ended", "settled", "lines", "returned"):
             setattr(total, name, getattr(total, name) + getattr(report, name))
-        if not rows(deps.execution.db.pool.conninfo, "SELECT 1 FROM provider_batches WHERE settled_at IS NULL"):
+        if not rows(
+            deps.execution.db.pool.conninfo, "SELECT 1 FROM provider_batches WHERE settled_at IS NULL"
+        ):
             return total
     raise AssertionError("batches still open after 20 polls")
 
@@ -155,6 +158,10 @@ def run_immediate(deps: ExecutionDeps, jobs) -> list[AttemptEnd]:
         return [(await run_attempt(deps, job)).end for job in jobs]
 
     return asyncio.run(run())
+
+
+def batches_created(simulator: SimulatedProvider) -> int:
+    return sum(simulator.stats.batches.values())
 
 
 def job_states(url: str) -> dict[str, str]:
@@ -211,7 +218,8 @@ def test_a_batch_of_100_completes_with_exactly_one_result_per_job(
         " sum(discount_usd) FROM job_attempts",
     )
     assert (attempts, with_batch, discounted) == (100, 100, 100)
-    assert paid == saved, "half price: what was paid equals what was saved"
+    # Half price: what was paid equals what was saved, but for each attempt's rounding to the micro-dollar.
+    assert abs(paid - saved) <= Decimal("0.000001") * attempts
     [(state, members, settled)] = rows(
         clean_db,
         "SELECT b.state, count(m.*), count(m.settled_at) FROM provider_batches b"
@@ -245,7 +253,7 @@ def test_a_batcher_killed_after_upload_or_after_create_neither_loses_nor_duplica
         # Then the batch the provider took is adopted and followed to its end.
         assert report.adopted == 1
         poll_until_settled(survivor, clock)
-        assert simulator.stats()["batches"]["created"] == 1, "no second batch was created"
+        assert batches_created(simulator) == 1, "no second batch was created"
     else:
         # Then the batch that never reached the provider fails and its jobs go back, to the immediate path.
         [(state, error)] = rows(clean_db, "SELECT state, error->>'reason' FROM provider_batches")
@@ -266,7 +274,7 @@ def test_a_partly_failed_batch_retries_only_its_failed_lines_on_the_immediate_pa
     job_ids = submit_invoices(known_tenant, 10)
     deps = batch_deps(system_db, simulator, clock)
     # Given a batch whose first three lines the provider answers with a server error.
-    simulator.batches.queue_line_faults(["500", "500", "500"])
+    simulator.queue_line_faults(["500", "500", "500"])
     claimed, _ = prepare_and_submit(deps)
     failed_jobs = {str(job.job_id) for job in claimed.batches[0].jobs[:3]}
 
@@ -285,7 +293,7 @@ def test_a_partly_failed_batch_retries_only_its_failed_lines_on_the_immediate_pa
     assert set(run_immediate(deps.execution, again.immediate)) == {AttemptEnd.SUCCEEDED}
     assert set(job_states(clean_db).values()) == {"SUCCEEDED"}
     one_result_each(clean_db, job_ids)
-    assert simulator.stats()["batches"]["created"] == 1
+    assert batches_created(simulator) == 1
     [(immediate_attempts,)] = rows(clean_db, "SELECT count(*) FROM job_attempts WHERE batch_id IS NULL")
     assert immediate_attempts == 3
 
@@ -297,7 +305,7 @@ def test_an_expired_batch_returns_its_jobs_in_time_for_their_deadline(
     # provider lets expire at the end of its window having answered only part of it.
     deadline = int(DAY + 2 * 3600 + 600)
     job_ids = submit_invoices(known_tenant, 10, deadline_seconds=deadline)
-    simulator.configure_batches(replace(BatchSimulation(), completion_seconds=2 * DAY, expire_after_seconds=DAY))
+    simulator.configure_batches(completion_seconds=2 * DAY, expire_after_seconds=DAY)
     deps = batch_deps(system_db, simulator, clock)
     claimed, ends = prepare_and_submit(deps)
     assert ends == [SubmitEnd.SUBMITTED] and len(claimed.batches[0].jobs) == 10
@@ -323,7 +331,9 @@ def test_an_expired_batch_returns_its_jobs_in_time_for_their_deadline(
     one_result_each(clean_db, job_ids)
 
 
-def test_a_job_cancelled_while_in_a_batch_is_not_completed(known_tenant, system_db, simulator, clock, clean_db):
+def test_a_job_cancelled_while_in_a_batch_is_not_completed(
+    known_tenant, system_db, simulator, clock, clean_db
+):
     job_ids = submit_invoices(known_tenant, 5)
     deps = batch_deps(system_db, simulator, clock)
     prepare_and_submit(deps)
@@ -349,7 +359,9 @@ def test_a_job_cancelled_while_in_a_batch_is_not_completed(known_tenant, system_
     )
     assert member_outcome == "discarded_stale"
     events = rows(
-        clean_db, "SELECT event_type FROM outbox_events WHERE aggregate_id = %s ORDER BY created_at", UUID(job_ids[0])
+        clean_db,
+        "SELECT event_type FROM outbox_events WHERE aggregate_id = %s ORDER BY created_at",
+        UUID(job_ids[0]),
     )
     assert [e for (e,) in events if e != "extraction.requested.v1"] == ["extraction.cancelled.v1"]
 

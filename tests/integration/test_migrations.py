@@ -115,7 +115,10 @@ def test_sql_state_lists_match_the_state_machine():
 
     q = load_queries()
     # A RUNNING job is cancelled only while it waits in a provider batch (the SQL says which).
-    assert "state IN ('READY', 'RETRY_SCHEDULED') OR (state = 'RUNNING' AND batch_id IS NOT NULL)" in q.cancel_job
+    assert (
+        "state IN ('READY', 'RETRY_SCHEDULED') OR (state = 'RUNNING' AND batch_id IS NOT NULL)"
+        in q.cancel_job
+    )
     assert {JobState.READY, JobState.RETRY_SCHEDULED, JobState.RUNNING} == CANCELLABLE_STATES
     # Unfinished work is counted by the run-queue trigger and recounted by its reconciliation (migration 0010).
     unfinished_sql = "state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')"

@@ -63,8 +63,9 @@ from tollgate.jobtypes.base import Complexity, JobType, KnownSupplier, TenantPol
 from tollgate.jobtypes.registry import job_type as registered_type
 from tollgate.outbox.nudge import NoNudge, Nudger
 from tollgate.outbox.outcomes import insert_outcome_event
+from tollgate.usage.pricing import batch_cost
 from tollgate.usage.service import announce_spend_thresholds, month_spend
-from tollgate.usage.spend import batch_cost, estimated_cost, month_of, next_month_start
+from tollgate.usage.spend import estimated_cost, month_of, next_month_start
 
 logger = Logger(service="tollgate-worker", child=True)
 
@@ -703,7 +704,7 @@ SPEND_BUDGET_EXHAUSTED = "spend_budget_exhausted"
 
 
 def finish_batch_line(
-    deps: ExecutionDeps, job: ClaimedJob, task: Task, result: LlmResult, routed: str, line: BatchLine
+    deps: ExecutionDeps, job: ClaimedJob, task: Task, result: LlmResult, *, routed: str, line: BatchLine
 ) -> AttemptReport:
     """Commits one provider batch line's answer for ``job`` exactly as an immediate attempt's (validation,
     result, attempt record, event), under the fence the line was written with, at the batch price."""

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import contextvars
+import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -206,8 +206,8 @@ async def run_worker(
     flush_metrics: Callable[[], None] = lambda: None,
     batch: BatchDeps | None = None,
 ) -> None:
-    """``batch``, when given, takes the batch tier's jobs through the provider's Batch API (``run_batch_path``);
-    the slots then serve the worker's other tiers only."""
+    """``batch``, when given, takes the batch tier's jobs through the provider's Batch API
+    (``run_batch_path``); the slots then serve the worker's other tiers only."""
     wake = asyncio.Event()
     # One thread per queue: a 20-second long poll on the default executor would hold a thread the slots'
     # database calls wait for.

@@ -1,5 +1,5 @@
-"""The batcher: claims batch-tier jobs with the fair claim, writes their request lines into one file per model,
-takes room for them in the Batch API's budget, uploads the file and creates the batch.
+"""The batcher: claims batch-tier jobs with the fair claim, writes their request lines into one file per
+model, takes room for them in the Batch API's budget, uploads the file and creates the batch.
 
 Each step is recorded in PostgreSQL before the next is taken (migration 0019), so a crash anywhere is
 recovered by a poller: a job claimed but not yet in a batch is reaped when its short lease runs out; a batch
@@ -16,6 +16,7 @@ read) is handed back to the caller to run now on the immediate path, like a slot
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
@@ -28,7 +29,7 @@ from tollgate.core.checkpoints import BATCH_AFTER_CREATE, BATCH_AFTER_UPLOAD
 from tollgate.core.documents import DocumentStoreUnreachable
 from tollgate.core.errors import DocumentUnavailable
 from tollgate.core.tiers import ServiceTier
-from tollgate.execution.attempt import spend_refusal, load_pages, task_of
+from tollgate.execution.attempt import load_pages, spend_refusal, task_of
 from tollgate.execution.batch.deps import BatchDeps
 from tollgate.execution.batch.poller import (
     METADATA_KEY,
@@ -62,8 +63,10 @@ class PreparedBatch:
     tokens: int = 0
     jobs: list[ClaimedJob] = field(default_factory=list)
 
-    def fits(self, line: bytes, max_bytes: int) -> bool:
-        return self.size + len(line) <= max_bytes
+    def fits(self, line: bytes, tokens: int, max_bytes: int, max_tokens: int) -> bool:
+        """Whether one more line keeps the file within its bytes and the model's whole Batch API budget (a
+        file larger than that could never be enqueued)."""
+        return self.size + len(line) <= max_bytes and self.tokens + tokens <= max_tokens
 
 
 @dataclass
@@ -85,7 +88,7 @@ def batcher_holder(deps: BatchDeps) -> str:
 
 
 class _Lost(Exception):
-    """The claimed job moved on before it joined its batch: the transaction that would have joined it is undone."""
+    """The claimed job moved on before it joined its batch: the transaction that would join it is undone."""
 
 
 def prepare_round(deps: BatchDeps, *, immediate_room: int) -> Round:
@@ -95,6 +98,7 @@ def prepare_round(deps: BatchDeps, *, immediate_room: int) -> Round:
     execution, config = deps.execution, deps.config
     open_by_model: dict[str, PreparedBatch] = {}
     done = Round()
+    token_limit = deps.pool.limit
     claimed = 0
     while claimed < config.max_requests and len(done.immediate) < immediate_room:
         job = claim_next_job(
@@ -115,7 +119,9 @@ def prepare_round(deps: BatchDeps, *, immediate_room: int) -> Round:
             continue
         line, model = line_and_model
         batch = open_by_model.get(model)
-        if batch is not None and not batch.fits(line, config.max_bytes):
+        if batch is not None and not batch.fits(
+            line, job.estimated_tokens, config.max_bytes, token_limit(model)
+        ):
             done.batches.append(open_by_model.pop(model))  # full: sealed, and a new file takes the line
             batch = None
         new = batch is None
@@ -149,8 +155,8 @@ def _line_for(deps: BatchDeps, job: ClaimedJob) -> tuple[bytes, str] | None:
     max_tokens = min(execution.max_output_tokens, task.job_type.max_output_tokens)
     custom_id = CustomId(job.job_id, job.attempt, job.fence)
     line = request_line(custom_id, task, model, max_tokens, deps.structured_output)
-    if len(line) > config.max_bytes:
-        return None  # no file could carry it
+    if len(line) > config.max_bytes or job.estimated_tokens > deps.pool.limit(model):
+        return None  # no file could carry it, or the model's Batch API budget could never hold it
     return line, model
 
 
@@ -213,9 +219,7 @@ async def submit_batch(deps: BatchDeps, batch: PreparedBatch, stop: asyncio.Even
         return SubmitEnd.LEFT_TO_RECOVERY  # another worker took the batch over: it is theirs now
     checkpoints.reached(BATCH_AFTER_UPLOAD)
     try:
-        created = await asyncio.to_thread(
-            api.create, file_id, metadata={METADATA_KEY: str(batch.batch_id)}
-        )
+        created = await asyncio.to_thread(api.create, file_id, metadata={METADATA_KEY: str(batch.batch_id)})
     except BatchApiError as error:
         if error.status is not None and 400 <= error.status < 500 and error.status not in {408, 409, 429}:
             logger.error("the provider refused the batch; its jobs go back", extra={"error": str(error)})
@@ -234,8 +238,8 @@ async def submit_batch(deps: BatchDeps, batch: PreparedBatch, stop: asyncio.Even
         return SubmitEnd.SUBMITTED
     if await asyncio.to_thread(provider_batch_id, deps, batch.batch_id) == created.id:
         return SubmitEnd.SUBMITTED  # a poller that took the batch over found this very batch and adopted it
-    # Given up by a recovering poller meanwhile: its jobs went back under new fences, so the provider's answers
-    # could not be committed; cancel it so they are not paid for either.
+    # Given up by a recovering poller meanwhile: its jobs went back under new fences, so the provider's
+    # answers could not be committed; cancel it so they are not paid for either.
     try:
         await asyncio.to_thread(api.cancel, created.id)
     except BatchApiError:
@@ -263,6 +267,8 @@ async def _enqueue(deps: BatchDeps, batch: PreparedBatch, stop: asyncio.Event) -
             return None
         if isinstance(granted, Enqueued):
             return granted
+        if math.isinf(granted.wait_seconds):
+            return None  # larger than the model's whole budget: it could never be enqueued
         now = execution.clock.now()
         renewed = await asyncio.to_thread(renew_hold, deps, batch.batch_id, holder=batcher_holder(deps))
         if now >= give_up_at or not renewed:
@@ -298,6 +304,6 @@ def _record_upload(deps: BatchDeps, batch: PreparedBatch, file_id: str) -> bool:
 
 
 def _give_up(deps: BatchDeps, batch: PreparedBatch, reason: str) -> None:
-    """The batch cannot reach the provider: it ends failed, its jobs go back at once and its budget returns."""
+    """The batch cannot reach the provider: it ends failed, its jobs go back at once, its budget returns."""
     fail_unsubmitted(deps, batch.batch_id, reason, holder=batcher_holder(deps))
     release_budget(deps, batch.batch_id)

@@ -37,8 +37,6 @@ from tollgate.execution.batch.states import BATCH_STATE_MACHINE, BatchState, nex
 from tollgate.execution.leasing import ClaimedJob
 from tollgate.execution.limiter.base import LimiterUnavailable
 from tollgate.execution.llm.batch_api import (
-    LINE_CANCELLED,
-    LINE_EXPIRED,
     BatchApiError,
     CustomId,
     ProviderBatch,
@@ -104,14 +102,17 @@ def poll_batches(
                 _settle(deps, row, state, report, stopping)
         except (BatchApiError, DocumentStoreUnreachable) as error:
             # The provider or the documents did not answer: look again after a poll interval.
-            logger.warning("batch poll deferred", extra={"batch_id": str(row["batch_id"]), "error": str(error)})
+            logger.warning(
+                "batch poll deferred", extra={"batch_id": str(row["batch_id"]), "error": str(error)}
+            )
             _note_progress(deps, row["batch_id"], state)
         report.states[state.value] = report.states.get(state.value, 0) + 1
     return report
 
 
 def _recover(deps: BatchDeps, row: dict[str, Any], report: PollReport) -> BatchState:
-    """A batch left 'preparing' by a batcher that died: adopt its provider twin, or fail it and return its jobs."""
+    """A batch left 'preparing' by a batcher that died: adopt its provider twin, or fail it and return its
+    jobs."""
     twin = deps.api.find(METADATA_KEY, str(row["batch_id"]), created_after=row["created_at"] - CREATED_SKEW)
     if twin is not None:
         if record_submitted(deps, row["batch_id"], twin, holder=deps.execution.worker_id):
@@ -119,7 +120,9 @@ def _recover(deps: BatchDeps, row: dict[str, Any], report: PollReport) -> BatchS
             logger.info("adopted a batch created before a crash", extra={"batch_id": str(row["batch_id"])})
             return BatchState.SUBMITTED
         return BatchState.PREPARING  # someone else moved it on; nothing of ours to do
-    logger.warning("a batch never reached the provider; its jobs go back", extra={"batch_id": str(row["batch_id"])})
+    logger.warning(
+        "a batch never reached the provider; its jobs go back", extra={"batch_id": str(row["batch_id"])}
+    )
     return fail_unsubmitted(deps, row["batch_id"], "never_submitted", holder=deps.execution.worker_id)
 
 
@@ -237,7 +240,7 @@ def _settle(
                 checkpoints.reached(BATCH_LINE_COMMITTED)
             seen += 1
             if seen % LINES_PER_HOLD == 0:
-                renew_hold(deps, row["batch_id"], holder=execution.worker_id)
+                renew_hold(deps, row["batch_id"], holder=deps.execution.worker_id)
     report.returned += return_unsettled(deps, row["batch_id"], f"batch_{state.value}")
     if _finish_settle(deps, row["batch_id"], deps.execution.worker_id):
         report.settled += 1
@@ -250,7 +253,9 @@ def _settle_line(deps: BatchDeps, row: dict[str, Any], raw: bytes, line: BatchLi
         output = parse_output_line(raw)
         custom_id = CustomId.parse(output.custom_id)
     except ValueError as error:
-        logger.error("a batch line could not be read", extra={"batch_id": str(row["batch_id"]), "error": str(error)})
+        logger.error(
+            "a batch line could not be read", extra={"batch_id": str(row["batch_id"]), "error": str(error)}
+        )
         return False
     with execution.db.transaction() as conn:
         member = conn.execute(
@@ -262,7 +267,7 @@ def _settle_line(deps: BatchDeps, row: dict[str, Any], raw: bytes, line: BatchLi
         logger.error("a batch line names another attempt of its job", extra={"custom_id": str(custom_id)})
         return False
     job = _member_job(member)
-    if output.error_code in {LINE_EXPIRED, LINE_CANCELLED}:
+    if output.never_ran:
         return_member(deps, row["batch_id"], job.job_id, job.fence, f"batch_{output.error_code}")
         return True
     try:
@@ -270,10 +275,11 @@ def _settle_line(deps: BatchDeps, row: dict[str, Any], raw: bytes, line: BatchLi
     except DocumentUnavailable as error:
         # The answer cannot be checked against a document that is gone: the job ends as it would have.
         result = LlmResult(OutcomeClass.DOCUMENT_UNAVAILABLE, row["model"], error=str(error))
-        finish_batch_line(execution, job, task_of(job, ()), result, row["model"], line)
+        finish_batch_line(execution, job, task_of(job, ()), result, routed=row["model"], line=line)
         return True
     task = task_of(job, pages)
-    finish_batch_line(execution, job, task, line_result(output, task.job_type, row["model"]), row["model"], line)
+    result = line_result(output, task.job_type, row["model"])
+    finish_batch_line(execution, job, task, result, routed=row["model"], line=line)
     return True
 
 
@@ -311,7 +317,8 @@ def return_member(deps: BatchDeps, batch_id: UUID, job_id: UUID, fence: int, rea
             {"job_id": job_id, "fence": fence, "now": now, "error": Jsonb({"reason": reason})},
         ).fetchone()
         conn.execute(
-            execution.db.q.close_open_attempt, {"job_id": job_id, "fence": fence, "now": now, "outcome": reason}
+            execution.db.q.close_open_attempt,
+            {"job_id": job_id, "fence": fence, "now": now, "outcome": reason},
         )
         conn.execute(
             execution.db.q.settle_batch_member,
