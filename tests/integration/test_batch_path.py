@@ -27,7 +27,9 @@ from tollgate.execution.attempt import AttemptEnd, ExecutionDeps, run_attempt
 from tollgate.execution.batch.batcher import Round, SubmitEnd, prepare_round, submit_batch
 from tollgate.execution.batch.deps import BatchConfig, BatchDeps
 from tollgate.execution.batch.poller import PollReport, poll_batches
+from tollgate.execution.limiter import Denied, Permit, Reservation
 from tollgate.execution.limiter.batch_pool import InMemoryBatchPool, Limits
+from tollgate.execution.limiter.local import InProcessLimiter
 from tollgate.execution.llm.batch_api import OpenAIBatchApi
 from tollgate.execution.llm.client import OpenAIExtractor
 from tollgate.execution.llm.output import StructuredOutput
@@ -96,6 +98,23 @@ def crash_at() -> Iterator[Any]:
     checkpoints.listen(previous)
 
 
+class CountingLimiter:
+    """The immediate pool's budget, counting what is asked of it: the batch path asks the Batch API's own."""
+
+    def __init__(self, clock) -> None:
+        self.inner = InProcessLimiter(
+            clock, requests_per_minute=1000, tokens_per_minute=10**8, max_in_flight=10
+        )
+        self.asked = 0
+
+    def try_acquire(self, reservation: Reservation) -> Permit | Denied:
+        self.asked += 1
+        return self.inner.try_acquire(reservation)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
 def batch_deps(system_db, simulator, clock, *, worker_id="batcher-a", **config: Any) -> BatchDeps:
     """The batch path's dependencies, and an immediate path over the same simulator for what it hands back."""
     client = openai.AsyncOpenAI(base_url=simulator.base_url, api_key="simulated", max_retries=0)
@@ -105,6 +124,7 @@ def batch_deps(system_db, simulator, clock, *, worker_id="batcher-a", **config: 
         clock=clock,
         worker_id=worker_id,
         retry_policy=RetryPolicy(base_seconds=2, cap_seconds=60, attempt_timeout_seconds=60),
+        limiter=CountingLimiter(clock),
     )
     api = OpenAIBatchApi(openai.OpenAI(base_url=simulator.base_url, api_key="simulated", max_retries=0))
     return BatchDeps(
@@ -229,6 +249,7 @@ def test_a_batch_of_100_completes_with_exactly_one_result_per_job(
     assert deps.pool.room(deps.execution.provider_pool, claimed.batches[0].model) == POOL_LIMIT, (
         "the batch's enqueued tokens went back to the Batch API's budget"
     )
+    assert deps.execution.limiter.asked == 0, "a batch line takes nothing from the immediate pool"
 
 
 @pytest.mark.parametrize("checkpoint", [BATCH_AFTER_UPLOAD, BATCH_AFTER_CREATE])
@@ -377,3 +398,48 @@ def test_a_job_whose_deadline_is_too_near_for_a_batch_runs_on_the_immediate_path
     assert claimed.batches == [] and sorted(str(j.job_id) for j in claimed.immediate) == sorted(job_ids)
     assert set(run_immediate(deps.execution, claimed.immediate)) == {AttemptEnd.SUCCEEDED}
     assert rows(clean_db, "SELECT 1 FROM provider_batches") == []
+
+
+def test_a_worker_with_the_batch_api_on_runs_the_batch_tier_through_batches_and_the_rest_at_once(
+    known_tenant, system_db, clean_db
+):
+    from tollgate.execution.worker import WorkerConfig, run_worker
+
+    # Given a worker serving the batch tier with the Batch API on, on the real clock, and a provider whose
+    # batches take half a second: ten jobs with a three-day deadline and two due within the day.
+    config = SimulatorConfig(
+        requests_per_minute=None, tokens_per_minute=None, batches=BatchSimulation(completion_seconds=0.5)
+    )
+    far = submit_invoices(known_tenant, 10)
+    near = submit_invoices(known_tenant, 2, deadline_seconds=int(DAY), seed=9)
+    with SimulatedProvider(config) as simulator:
+        clock = SystemClock()
+        deps = batch_deps(system_db, simulator, clock, poll_seconds=0.1, interval_seconds=0.1)
+        worker_config = WorkerConfig(
+            slots=2, tenant_cap=8, idle_seconds=0.05, drain_seconds=5, service_tiers=("batch",)
+        )
+
+        async def scenario() -> None:
+            stop = asyncio.Event()
+            worker = asyncio.create_task(run_worker([], deps.execution, worker_config, stop, batch=deps))
+            try:
+                # When it runs until every job has finished (a bounded wait on the database's answer).
+                loop = asyncio.get_running_loop()
+                give_up = loop.time() + 120
+                while set(job_states(clean_db).values()) != {"SUCCEEDED"}:
+                    assert loop.time() < give_up, f"jobs not done: {job_states(clean_db)}"
+                    assert not worker.done(), "the worker stopped on its own"
+                    await asyncio.sleep(0.05)
+            finally:
+                stop.set()
+                await asyncio.wait_for(worker, 60)
+
+        asyncio.run(scenario())
+
+    # Then the far jobs went through one provider batch at the batch price, the near ones ran at once.
+    one_result_each(clean_db, far + near)
+    through_batch = {
+        str(j) for (j,) in rows(clean_db, "SELECT job_id FROM job_attempts WHERE batch_id IS NOT NULL")
+    }
+    assert through_batch == set(far)
+    assert rows(clean_db, "SELECT state FROM provider_batches") == [("completed",)]
