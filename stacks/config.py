@@ -524,7 +524,7 @@ class StageConfig(BaseModel):
     retention: RetentionLimits = Field(default_factory=RetentionLimits)  # type: ignore[valid-type]
     worker: WorkerTuning = Field(default_factory=WorkerTuning)  # type: ignore[valid-type]
     pricing: Pricing = Field(default_factory=Pricing)  # type: ignore[valid-type]
-    batch: BatchPath = Field(default_factory=BatchPath)  # type: ignore[valid-type]
+    batch_path: BatchPath = Field(default_factory=BatchPath)  # type: ignore[valid-type]
     webhooks: WebhookLimits = Field(default_factory=WebhookLimits)  # type: ignore[valid-type]
 
     layer_dir: Path = Field(

@@ -294,7 +294,7 @@ class WorkerStack(cdk.Stack):
             **settings_environment(config.retry),
             **settings_environment(config.worker),
             **settings_environment(config.pricing),
-            **settings_environment(config.batch),
+            **settings_environment(config.batch_path),
             # Per service: its tiers, slots and idle wait (the normal service's are the worker section's).
             "EXECUTION_SLOTS": str(spec.execution_slots),
             "CLAIM_IDLE_SECONDS": str(spec.claim_idle_seconds),
