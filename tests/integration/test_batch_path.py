@@ -20,8 +20,9 @@ import pytest
 
 from tests.integration.test_execution import make_deps, rows
 from tollgate.core import checkpoints
-from tollgate.core.checkpoints import BATCH_AFTER_CREATE, BATCH_AFTER_UPLOAD
+from tollgate.core.checkpoints import BATCH_AFTER_CREATE, BATCH_AFTER_UPLOAD, BATCH_LINE_COMMITTED
 from tollgate.core.clock import FakeClock, SystemClock, new_id
+from tollgate.core.metrics import RecordedMetrics
 from tollgate.core.retry import RetryPolicy
 from tollgate.execution.attempt import AttemptEnd, ExecutionDeps, run_attempt
 from tollgate.execution.batch.batcher import Round, SubmitEnd, prepare_round, submit_batch
@@ -33,6 +34,7 @@ from tollgate.execution.limiter.local import InProcessLimiter
 from tollgate.execution.llm.batch_api import OpenAIBatchApi
 from tollgate.execution.llm.client import OpenAIExtractor
 from tollgate.execution.llm.output import StructuredOutput
+from tollgate.scheduler.tick import SchedulerDeps, run_scheduler
 from tollgate.tenants.suppliers import add_supplier
 from tollgate_dev.samples import SUPPLIERS, generate_invoices, request_body
 from tollgate_dev.simulator.batches import BatchSimulation
@@ -83,16 +85,19 @@ def known_tenant(make_tenant, system_db, clean_db):
 @pytest.fixture
 def crash_at() -> Iterator[Any]:
     """Installs a listener that ends the batcher at one checkpoint, once; the previous one is put back."""
-    armed: dict[str, bool] = {}
+    armed: dict[str, int] = {}
 
     def listener(name: str) -> None:
-        if armed.pop(name, False):
-            raise Crash(name)
+        if name in armed:
+            armed[name] -= 1
+            if armed[name] == 0:
+                del armed[name]
+                raise Crash(name)
 
     previous = checkpoints.listen(listener)
 
-    def arm(name: str) -> None:
-        armed[name] = True
+    def arm(name: str, at: int = 1) -> None:
+        armed[name] = at
 
     yield arm
     checkpoints.listen(previous)
@@ -443,3 +448,81 @@ def test_a_worker_with_the_batch_api_on_runs_the_batch_tier_through_batches_and_
     }
     assert through_batch == set(far)
     assert rows(clean_db, "SELECT state FROM provider_batches") == [("completed",)]
+
+
+def test_a_poller_killed_mid_download_leaves_the_rest_to_the_next_and_commits_nothing_twice(
+    known_tenant, system_db, simulator, clock, clean_db, crash_at
+):
+    job_ids = submit_invoices(known_tenant, 10)
+    deps = batch_deps(system_db, simulator, clock)
+    prepare_and_submit(deps)
+
+    # Given a poller that dies after committing the fourth line of the ended batch.
+    crash_at(BATCH_LINE_COMMITTED, at=4)
+    clock.advance(COMPLETION_SECONDS + 1)
+    with pytest.raises(Crash):
+        poll_batches(deps)
+    assert rows(clean_db, "SELECT count(*) FROM provider_batch_jobs WHERE settled_at IS NOT NULL") == [(4,)]
+    assert rows(clean_db, "SELECT state, settled_at IS NULL FROM provider_batches") == [("completed", True)]
+
+    # When another poller takes the batch over once the dead one's hold has run out.
+    survivor = batch_deps(system_db, simulator, clock, worker_id="poller-b")
+    clock.advance(deps.config.hold_seconds + 1)
+    report = poll_batches(survivor)
+
+    # Then it commits the six lines left, and every job has its one result.
+    assert (report.lines, report.settled) == (6, 1)
+    assert set(job_states(clean_db).values()) == {"SUCCEEDED"}
+    one_result_each(clean_db, job_ids)
+
+
+def test_a_line_for_a_job_the_reaper_took_back_is_discarded_and_its_cost_kept(
+    known_tenant, system_db, simulator, clock, clean_db
+):
+    job_ids = submit_invoices(known_tenant, 3)
+    deps = batch_deps(system_db, simulator, clock)
+    prepare_and_submit(deps)
+
+    # Given the batch's jobs reaped after their leases ran out (no poller came for a day and more), then run
+    # on the immediate path.
+    clock.advance(deps.config.lease_seconds + 1)
+    reaped = run_scheduler(
+        SchedulerDeps(system_db, clock, new_id, RecordedMetrics(), RetryPolicy(), lambda low, high: 0)
+    )
+    assert reaped.reaped_to_retry == 3
+    again = prepare_round(deps, immediate_room=100)
+    assert again.batches == [] and set(run_immediate(deps.execution, again.immediate)) == {
+        AttemptEnd.SUCCEEDED
+    }
+
+    # When the poller finally settles the batch, whose lines all came back answered.
+    report = poll_batches(deps)
+
+    # Then each line is discarded (its fence moved), its cost kept on the batch attempt, and no job twice.
+    assert report.settled == 1
+    one_result_each(clean_db, job_ids)
+    outcomes = rows(clean_db, "SELECT attempt, outcome, batch_id IS NOT NULL, cost_usd > 0 FROM job_attempts")
+    assert sorted(outcomes) == [(1, "discarded_stale", True, True)] * 3 + [(2, "ok", False, True)] * 3
+
+
+def test_a_batch_the_provider_refuses_gives_its_jobs_back_to_the_immediate_path(
+    known_tenant, system_db, simulator, clock, clean_db
+):
+    job_ids = submit_invoices(known_tenant, 4)
+    # Given a provider whose queue for the model is smaller than the file (its own limit, unknown to us).
+    simulator.configure_batches(enqueued_token_limit={"small-model": 1, "large-model": 1})
+    deps = batch_deps(system_db, simulator, clock)
+    _, ends = prepare_and_submit(deps)
+    assert ends == [SubmitEnd.SUBMITTED]
+
+    # When the poller sees it failed.
+    poll_until_settled(deps, clock)
+
+    # Then its jobs are runnable at once and run on the immediate path.
+    [(state, error)] = rows(clean_db, "SELECT state, error::text FROM provider_batches")
+    assert state == "failed" and "token" in error
+    again = prepare_round(deps, immediate_room=100)
+    assert again.batches == [] and set(run_immediate(deps.execution, again.immediate)) == {
+        AttemptEnd.SUCCEEDED
+    }
+    one_result_each(clean_db, job_ids)
