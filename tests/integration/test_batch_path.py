@@ -526,3 +526,32 @@ def test_a_batch_the_provider_refuses_gives_its_jobs_back_to_the_immediate_path(
         AttemptEnd.SUCCEEDED
     }
     one_result_each(clean_db, job_ids)
+
+
+def test_a_round_seals_a_file_at_its_byte_limit_and_starts_the_next(
+    known_tenant, system_db, simulator, clock, clean_db
+):
+    job_ids = submit_invoices(known_tenant, 5)
+    # Given files that hold two request lines each (an invoice's line is a few kilobytes).
+    probe = batch_deps(system_db, simulator, clock)
+    claimed = prepare_round(probe, immediate_room=1)
+    line = max(len(b.lines[0]) for b in claimed.batches)
+    assert claimed.claimed == 5
+    for batch in claimed.batches:
+        asyncio.run(submit_batch(probe, batch, asyncio.Event()))
+    poll_until_settled(probe, clock)
+    one_result_each(clean_db, job_ids)
+
+    more = submit_invoices(known_tenant, 5, seed=11)
+    deps = batch_deps(system_db, simulator, clock, max_bytes=int(line * 2.5))
+
+    # When a round claims them.
+    claimed = prepare_round(deps, immediate_room=1)
+
+    # Then no file passes the limit: five jobs in files of two, two and one, each one submitted and answered.
+    assert sorted(len(b.jobs) for b in claimed.batches) == [1, 2, 2]
+    assert all(b.size <= deps.config.max_bytes for b in claimed.batches)
+    for batch in claimed.batches:
+        asyncio.run(submit_batch(deps, batch, asyncio.Event()))
+    poll_until_settled(deps, clock)
+    one_result_each(clean_db, job_ids + more)

@@ -100,6 +100,16 @@ def test_the_job_state_enum_mirrors_the_check_constraint(database_url):
     assert states_in_db == {s.value for s in JobState}
 
 
+def test_the_provider_batch_state_enum_mirrors_the_check_constraint(database_url):
+    from tollgate.execution.batch.states import BatchState
+
+    with psycopg.connect(database_url) as conn:
+        (definition,) = conn.execute(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'provider_batches_state_check'"
+        ).fetchone()
+    assert set(re.findall(r"'([a-z_]+)'", definition)) == {s.value for s in BatchState}
+
+
 def test_the_delivery_state_enum_mirrors_the_check_constraint(database_url):
     with psycopg.connect(database_url) as conn:
         (definition,) = conn.execute(
