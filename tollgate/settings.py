@@ -462,6 +462,12 @@ class BatchSettings(BaseSettings):
         gt=0,
         description="A worker's time on a batch it prepares or settles before another takes it over.",
     )
+    batch_budget_wait_seconds: float = Field(
+        default=900.0,
+        ge=0,
+        description="How long a prepared file waits for room in the Batch API's enqueued-token budget before "
+        "its jobs go back, to run on the immediate path.",
+    )
     batch_tenant_max_jobs: int = Field(
         default=10_000, ge=1, description="Jobs one tenant may have waiting in provider batches at once."
     )

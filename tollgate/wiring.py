@@ -306,6 +306,7 @@ def build_batch(
             hold_seconds=settings.batch_hold_seconds,
             poll_seconds=settings.batch_poll_seconds,
             interval_seconds=settings.batch_interval_seconds,
+            budget_wait_seconds=settings.batch_budget_wait_seconds,
             tenant_cap=settings.batch_tenant_max_jobs,
             price_factor=settings.batch_price_factor,
         ),

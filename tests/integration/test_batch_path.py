@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Iterator
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
@@ -29,7 +30,7 @@ from tollgate.execution.batch.batcher import Round, SubmitEnd, prepare_round, su
 from tollgate.execution.batch.deps import BatchConfig, BatchDeps
 from tollgate.execution.batch.poller import PollReport, poll_batches
 from tollgate.execution.limiter import Denied, Permit, Reservation
-from tollgate.execution.limiter.batch_pool import InMemoryBatchPool, Limits
+from tollgate.execution.limiter.batch_pool import Enqueue, Enqueued, InMemoryBatchPool, Limits
 from tollgate.execution.limiter.local import InProcessLimiter
 from tollgate.execution.llm.batch_api import OpenAIBatchApi
 from tollgate.execution.llm.client import OpenAIExtractor
@@ -555,3 +556,28 @@ def test_a_round_seals_a_file_at_its_byte_limit_and_starts_the_next(
         asyncio.run(submit_batch(deps, batch, asyncio.Event()))
     poll_until_settled(deps, clock)
     one_result_each(clean_db, job_ids + more)
+
+
+def test_a_file_that_finds_no_room_in_the_batch_budget_sends_its_jobs_to_the_immediate_path(
+    known_tenant, system_db, simulator, clock, clean_db
+):
+    job_ids = submit_invoices(known_tenant, 3)
+    deps = batch_deps(system_db, simulator, clock, budget_wait_seconds=0)
+    # Given the Batch API's budget for the model held by other batches to the last token.
+    claimed = prepare_round(deps, immediate_room=1)
+    [batch] = claimed.batches
+    pool = deps.execution.provider_pool
+    filler = Enqueue(pool, batch.model, "other-batch", POOL_LIMIT, clock.now() + timedelta(hours=25))
+    assert isinstance(deps.pool.try_enqueue(filler), Enqueued)
+
+    # When the file is submitted.
+    end = asyncio.run(submit_batch(deps, batch, asyncio.Event()))
+
+    # Then nothing reached the provider, the batch failed, and its jobs run now on the immediate path.
+    assert end is SubmitEnd.GIVEN_UP and batches_created(simulator) == 0
+    assert rows(clean_db, "SELECT state, error->>'reason' FROM provider_batches") == [
+        ("failed", "no_batch_budget")
+    ]
+    again = prepare_round(deps, immediate_room=100)
+    assert set(run_immediate(deps.execution, again.immediate)) == {AttemptEnd.SUCCEEDED}
+    one_result_each(clean_db, job_ids)

@@ -203,6 +203,9 @@ class SubmitEnd(StrEnum):
 
 async def submit_batch(deps: BatchDeps, batch: PreparedBatch, stop: asyncio.Event) -> SubmitEnd:
     """Takes room in the Batch API's budget, uploads the file, creates the batch and records it."""
+    if not await asyncio.to_thread(renew_hold, deps, batch.batch_id, holder=batcher_holder(deps)):
+        # A poller took it over while the round's earlier files went out: it is theirs to recover now.
+        return SubmitEnd.LEFT_TO_RECOVERY
     held = await _enqueue(deps, batch, stop)
     if held is None:
         await asyncio.to_thread(_give_up, deps, batch, "no_batch_budget")
