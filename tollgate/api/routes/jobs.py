@@ -134,7 +134,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
 
     @router.post(
         "/extraction-jobs/<job_id>/cancel",
-        summary="Cancel a job that has not started (or waits for a retry)",
+        summary="Cancel a job that has not started, waits for a retry, or waits in a provider batch",
         responses={**documented(JobView, "The cancelled job"), **problem_responses(401, 404, 409)},
         tags=TAGS,
     )
