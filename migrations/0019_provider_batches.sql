@@ -49,6 +49,8 @@ CREATE TABLE provider_batches (
 );
 -- The poller's and the recovery's work: open batches by when they are next looked at.
 CREATE INDEX provider_batches_open ON provider_batches (next_poll_at) WHERE settled_at IS NULL;
+-- The scheduler's gauges: open batches and the oldest one's age, read from one end of this index.
+CREATE INDEX provider_batches_open_by_age ON provider_batches (created_at) WHERE settled_at IS NULL;
 -- Retention: settled batches by age.
 CREATE INDEX provider_batches_settled ON provider_batches (settled_at) WHERE settled_at IS NOT NULL;
 

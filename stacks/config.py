@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 from pydantic_settings import BaseSettings
 
 from tollgate.core.tiers import SERVICE_TIERS, ServiceTier
+from tollgate.execution.batch.deps import BatchConfig
 from tollgate.settings import (
     AdmissionSettings,
     ApiSettings,
@@ -697,6 +698,13 @@ class StageConfig(BaseModel):
     def tick_period(self) -> cdk.Duration:
         """The sweep's and the scheduler's schedule, and the period of the gauges the scheduler publishes."""
         return cdk.Duration.minutes(self.tick_minutes)
+
+    @property
+    def batch_age_alarm_seconds(self) -> int:
+        """How long a provider batch may stay open: the lease its jobs wait under, the provider's completion
+        window plus ``batch_path.batch_settle_seconds`` (25 hours by default), as the worker computes it. An
+        older batch is followed by no poller, and its jobs go back as their leases end."""
+        return math.ceil(BatchConfig(settle_seconds=self.batch_path.batch_settle_seconds).lease_seconds)
 
     @property
     def lambda_subnet_type(self) -> ec2.SubnetType:

@@ -24,8 +24,10 @@ from stacks.constructs.alarm_topic import AlarmTopic
 from stacks.constructs.backlog_metrics import (
     COUNTER_DRIFT,
     OLDEST_ELIGIBLE_JOB_AGE,
+    OLDEST_OPEN_BATCH_AGE,
     OLDEST_UNPUBLISHED_OUTBOX_AGE,
     OLDEST_WAITING_REVIEW_AGE,
+    OPEN_PROVIDER_BATCHES,
     REVIEW_DECISIONS,
     REVIEWS_WAITING,
     RUNNABLE_JOBS,
@@ -38,6 +40,10 @@ from stacks.constructs.backlog_metrics import (
 )
 from stacks.constructs.error_log_metric import ErrorLogMetric
 from stacks.constructs.service_metrics import (
+    BATCH_JOBS_RETURNED,
+    BATCH_LINES_COMMITTED,
+    BATCHES_ENDED,
+    BATCHES_SUBMITTED,
     COUNT_PERIOD,
     DELIVERIES_GAVE_UP,
     DELIVERY_ATTEMPTS_FAILED,
@@ -134,6 +140,7 @@ class ObservabilityStack(cdk.Stack):
         execution = self._jobs_alarms(config)
         delivery = self._delivery_alarms(config, webhook_state_machine)
         review = self._review_alarms(config)
+        batch = self._batch_alarms(config)
         self.alarm_topic.notify(*self.alarms)
 
         # One per stage, named for it: dashboard names are unique per account, and so are stage names.
@@ -146,6 +153,7 @@ class ObservabilityStack(cdk.Stack):
         self._provider_row(execution)
         self._delivery_row(webhook_state_machine, delivery)
         self._review_row(review)
+        self._batch_row(batch)
 
         cdk.CfnOutput(self, "AlarmTopicArn", value=self.alarm_topic.topic.topic_arn)
         cdk.CfnOutput(
@@ -393,6 +401,27 @@ class ObservabilityStack(cdk.Stack):
             ),
         }
 
+    def _batch_alarms(self, config: StageConfig) -> dict[str, cloudwatch.Alarm]:
+        hours = config.batch_age_alarm_seconds / 3600
+        return {
+            "batch_age": self._alarm(
+                "BatchAge",
+                description=(
+                    f"A provider batch has been open more than {config.batch_age_alarm_seconds} s "
+                    f"({hours:g} h), the lease its jobs wait under (the Batch API's 24 h window plus "
+                    "batch_settle_seconds): no poller follows it. Is a worker with BATCH_API=true serving "
+                    "the batch tier (its service's running tasks, its log's 'batch poll deferred' lines)? "
+                    "provider_batches WHERE settled_at IS NULL, oldest created_at first, shows the batch's "
+                    "state, holder and error. Its jobs come back on their own as their leases end and run on "
+                    "the immediate path; the batch's lines are then not read. No data does not alarm: "
+                    "SchedulerErrors reports a failing scheduler."
+                ),
+                metric=scheduler_metric(OLDEST_OPEN_BATCH_AGE, period=self.config.tick_period),
+                threshold=config.batch_age_alarm_seconds,
+                evaluation_periods=GAUGE_PERIODS,
+            ),
+        }
+
     def _overview(self, config: StageConfig) -> None:
         self.dashboard.add_widgets(
             cloudwatch.TextWidget(markdown=overview_markdown(config), width=FULL, height=2)
@@ -630,6 +659,39 @@ class ObservabilityStack(cdk.Stack):
             ),
         )
 
+    def _batch_row(self, alarms: dict[str, cloudwatch.Alarm]) -> None:
+        self._row(
+            "Batch path: do provider batches come back?",
+            graph(
+                "Open provider batches",
+                [scheduler_metric(OPEN_PROVIDER_BATCHES, period=self.config.tick_period, label="Open")],
+                right=[
+                    scheduler_metric(
+                        OLDEST_OPEN_BATCH_AGE, period=self.config.tick_period, label="Oldest (s)"
+                    )
+                ],
+                right_annotations=[alarms["batch_age"].to_annotation()],
+                width=THIRD,
+            ),
+            graph(
+                "Batches",
+                [service_metric(WORKER_SERVICE, BATCHES_SUBMITTED, label="Submitted")]
+                + [
+                    service_metric(WORKER_SERVICE, name, label=state.capitalize())
+                    for state, name in BATCHES_ENDED.items()
+                ],
+                width=THIRD,
+            ),
+            graph(
+                "Batch lines",
+                [
+                    service_metric(WORKER_SERVICE, BATCH_LINES_COMMITTED, label="Committed"),
+                    service_metric(WORKER_SERVICE, BATCH_JOBS_RETURNED, label="Jobs returned"),
+                ],
+                width=THIRD,
+            ),
+        )
+
 
 def overview_markdown(config: StageConfig) -> str:
     """The note at the top: how the rows are ordered, and where the runbook is."""
@@ -637,7 +699,8 @@ def overview_markdown(config: StageConfig) -> str:
     return (
         f"# Tollgate {config.stage}\n"
         "Top to bottom: is the API answering, do accepted jobs reach the queue, do workers keep up, is the "
-        "provider throttling us, do tenants get their webhooks, do reviewers keep up. Every alarm says what "
+        "provider throttling us, do tenants get their webhooks, do reviewers keep up, do provider batches "
+        "come back. Every alarm says what "
         "it means in its "
         f"description; what to do is in {runbook}."
     )

@@ -29,6 +29,9 @@ REVIEWS_WAITING = published.REVIEWS_WAITING
 OLDEST_WAITING_REVIEW_AGE = published.OLDEST_WAITING_REVIEW_AGE
 REVIEW_TIME_TO_DECISION = published.REVIEW_TIME_TO_DECISION
 REVIEW_DECISIONS = published.REVIEW_DECISIONS
+# The batch path, once a tick: provider batches not yet settled and the oldest one's age (seconds).
+OPEN_PROVIDER_BATCHES = published.OPEN_PROVIDER_BATCHES
+OLDEST_OPEN_BATCH_AGE = published.OLDEST_OPEN_BATCH_AGE
 
 
 def scheduler_metric(

@@ -29,6 +29,12 @@ ENDPOINTS_DISABLED = counted.ENDPOINTS_DISABLED
 # ratio is the review rate.
 EXTRACTIONS_VALIDATED = counted.EXTRACTIONS_VALIDATED
 REVIEWS_REQUIRED = counted.REVIEWS_REQUIRED
+# tollgate-worker's batch path: per batch the provider took, per line committed under its fence, per job given
+# back (its line never ran or never came), and per batch ended, one name per end state.
+BATCHES_SUBMITTED = counted.BATCHES_SUBMITTED
+BATCH_LINES_COMMITTED = counted.BATCH_LINES_COMMITTED
+BATCH_JOBS_RETURNED = counted.BATCH_JOBS_RETURNED
+BATCHES_ENDED = counted.BATCHES_ENDED
 
 # Counted by metric filters on log groups, which publish without any dimension.
 WORKER_ERRORS = "WorkerErrors"

@@ -22,8 +22,10 @@ from stacks.constructs.alarm_topic import AlarmTopic
 from stacks.constructs.backlog_metrics import (
     COUNTER_DRIFT,
     OLDEST_ELIGIBLE_JOB_AGE,
+    OLDEST_OPEN_BATCH_AGE,
     OLDEST_UNPUBLISHED_OUTBOX_AGE,
     OLDEST_WAITING_REVIEW_AGE,
+    OPEN_PROVIDER_BATCHES,
     REVIEW_DECISIONS,
     REVIEW_TIME_TO_DECISION,
     REVIEWS_WAITING,
@@ -34,6 +36,10 @@ from stacks.constructs.backlog_metrics import (
     WAITING_RETRIES,
 )
 from stacks.constructs.service_metrics import (
+    BATCH_JOBS_RETURNED,
+    BATCH_LINES_COMMITTED,
+    BATCHES_ENDED,
+    BATCHES_SUBMITTED,
     DELIVERIES_GAVE_UP,
     DELIVERY_ATTEMPTS_FAILED,
     ENDPOINT_ALERTS,
@@ -80,8 +86,9 @@ ALARMS = PER_TYPE_ALARMS | {
     "EndpointAlerts",
     "ReviewAge",
     "ReviewRate",
+    "BatchAge",
 }
-ROWS = ["API", "Pipeline", "Jobs", "Provider", "Delivery", "Review"]
+ROWS = ["API", "Pipeline", "Jobs", "Provider", "Delivery", "Review", "Batch path"]
 
 
 def _alarms(template: Template) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -349,6 +356,58 @@ def test_a_review_waiting_past_the_stages_age_alarms(observability_template: Tem
     assert "tollgate reviews list" in alarm["AlarmDescription"]
 
 
+def test_a_provider_batch_open_past_its_jobs_lease_alarms(observability_template: Template) -> None:
+    config = StageConfig(stage="dev")
+    alarm = _alarm(observability_template, "BatchAge")
+
+    assert (alarm["Namespace"], alarm["MetricName"]) == ("Tollgate", OLDEST_OPEN_BATCH_AGE)
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": SCHEDULER_SERVICE}]
+    assert (alarm["Statistic"], alarm["Period"]) == ("Maximum", 60)
+    # The provider's 24 h window plus the default settle of an hour: the lease a batched job waits under.
+    assert alarm["Threshold"] == config.batch_age_alarm_seconds == 25 * 3600
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert alarm["EvaluationPeriods"] == 3
+    # A failing scheduler raises SchedulerErrors; one cause, one page.
+    assert alarm["TreatMissingData"] == "notBreaching"
+    for hint in ("BATCH_API", "batch tier", "provider_batches", "leases end"):
+        assert hint in alarm["AlarmDescription"], hint
+    assert len(alarm["AlarmDescription"]) <= 1024, "CloudWatch's limit on a description"
+
+
+def test_the_batch_age_alarm_follows_the_stages_settle_time() -> None:
+    config = StageConfig(stage="prod", batch_path={"batch_settle_seconds": 7200})
+
+    assert config.batch_age_alarm_seconds == 26 * 3600
+
+
+def test_the_batch_row_graphs_open_batches_their_ends_and_their_lines(
+    observability_template: Template,
+) -> None:
+    _, widgets = _dashboard(observability_template)
+    titles = {widget["properties"].get("title"): widget for widget in widgets if widget["type"] == "metric"}
+
+    def watched(title: str) -> set[tuple[str, str]]:
+        return {
+            (entry[1], entry[3])
+            for entry in titles[title]["properties"]["metrics"]
+            if isinstance(entry[0], str) and len(entry) > 3
+        }
+
+    assert watched("Open provider batches") == {
+        (OPEN_PROVIDER_BATCHES, SCHEDULER_SERVICE),
+        (OLDEST_OPEN_BATCH_AGE, SCHEDULER_SERVICE),
+    }
+    assert watched("Batches") == {
+        (name, WORKER_SERVICE) for name in (BATCHES_SUBMITTED, *BATCHES_ENDED.values())
+    }
+    assert watched("Batch lines") == {
+        (BATCH_LINES_COMMITTED, WORKER_SERVICE),
+        (BATCH_JOBS_RETURNED, WORKER_SERVICE),
+    }
+    (annotation,) = titles["Open provider batches"]["properties"]["annotations"]["horizontal"]
+    assert annotation["value"] == StageConfig(stage="dev").batch_age_alarm_seconds
+
+
 def test_a_review_rate_above_the_stages_target_alarms_only_on_hours_with_results(
     observability_template: Template,
 ) -> None:
@@ -558,6 +617,12 @@ def test_the_dashboard_graphs_every_watched_metric(observability_template: Templ
         OLDEST_WAITING_REVIEW_AGE,
         REVIEW_TIME_TO_DECISION,
         *REVIEW_DECISIONS.values(),
+        OPEN_PROVIDER_BATCHES,
+        OLDEST_OPEN_BATCH_AGE,
+        BATCHES_SUBMITTED,
+        *BATCHES_ENDED.values(),
+        BATCH_LINES_COMMITTED,
+        BATCH_JOBS_RETURNED,
         "Count",
         "4XXError",
         "5XXError",

@@ -581,3 +581,79 @@ def test_a_file_that_finds_no_room_in_the_batch_budget_sends_its_jobs_to_the_imm
     again = prepare_round(deps, immediate_room=100)
     assert set(run_immediate(deps.execution, again.immediate)) == {AttemptEnd.SUCCEEDED}
     one_result_each(clean_db, job_ids)
+
+
+def test_the_worker_counts_batches_their_end_the_lines_committed_and_the_jobs_given_back(
+    known_tenant, system_db, simulator, clock, clean_db
+):
+    from tollgate.core.metrics import (
+        BATCH_JOBS_RETURNED,
+        BATCH_LINES_COMMITTED,
+        BATCHES_ENDED,
+        BATCHES_SUBMITTED,
+    )
+    from tollgate.execution.batch.states import ENDED_STATES
+
+    # Given a batch of ten the provider lets expire having answered part of it, and one of its jobs cancelled
+    # while it waits (its line, answered or not, is neither committed nor given back).
+    job_ids = submit_invoices(known_tenant, 10, deadline_seconds=int(DAY + 2 * 3600 + 600))
+    simulator.configure_batches(completion_seconds=2 * DAY, expire_after_seconds=DAY)
+    deps = batch_deps(system_db, simulator, clock)
+    metrics = deps.execution.metrics
+    assert isinstance(metrics, RecordedMetrics)
+    _, ends = prepare_and_submit(deps)
+    assert ends == [SubmitEnd.SUBMITTED]
+    assert known_tenant.client.request("POST", f"/extraction-jobs/{job_ids[0]}/cancel").status == 200
+
+    # When the poller follows it to its end and settles it.
+    poll_until_settled(deps, clock, step=DAY / 4 + 60)
+
+    # Then the worker counted one batch submitted and one expired, a committed line per job it completed and
+    # a job given back per job now waiting to run again.
+    states = list(job_states(clean_db).values())
+    assert set(BATCHES_ENDED) == {state.value for state in ENDED_STATES}
+    assert metrics.counts[BATCHES_SUBMITTED] == 1
+    assert {state: metrics.counts[name] for state, name in BATCHES_ENDED.items()} == {
+        "completed": 0,
+        "expired": 1,
+        "failed": 0,
+        "cancelled": 0,
+    }
+    assert metrics.counts[BATCH_LINES_COMMITTED] == states.count("SUCCEEDED") > 0
+    assert metrics.counts[BATCH_JOBS_RETURNED] == states.count("RETRY_SCHEDULED") > 0
+    assert states.count("CANCELLED") == 1
+
+
+@pytest.mark.parametrize("checkpoint", [BATCH_AFTER_UPLOAD, BATCH_AFTER_CREATE])
+def test_a_batch_recovered_after_its_batcher_died_is_counted_once(
+    checkpoint, known_tenant, system_db, simulator, clock, clean_db, crash_at
+):
+    from tollgate.core.metrics import (
+        BATCH_JOBS_RETURNED,
+        BATCH_LINES_COMMITTED,
+        BATCHES_ENDED,
+        BATCHES_SUBMITTED,
+    )
+
+    submit_invoices(known_tenant, 4)
+    deps = batch_deps(system_db, simulator, clock)
+    survivor = batch_deps(system_db, simulator, clock, worker_id="poller-b")
+
+    # Given a batcher that dies after the upload, or after the create and before recording it.
+    crash_at(checkpoint)
+    with pytest.raises(Crash):
+        prepare_and_submit(deps)
+
+    # When another worker's poller recovers the batch and follows it to its end.
+    clock.advance(deps.config.hold_seconds + 1)
+    poll_until_settled(survivor, clock)
+
+    # Then the batch is counted once, by whoever knew what happened to it: adopted, it was submitted and
+    # completed; never created, it failed and its jobs went back.
+    counts = deps.execution.metrics.counts + survivor.execution.metrics.counts  # type: ignore[attr-defined]
+    if checkpoint == BATCH_AFTER_CREATE:
+        expected = {BATCHES_SUBMITTED: 1, BATCHES_ENDED["completed"]: 1, BATCH_LINES_COMMITTED: 4}
+    else:
+        expected = {BATCHES_ENDED["failed"]: 1, BATCH_JOBS_RETURNED: 4}
+    names = (BATCHES_SUBMITTED, *BATCHES_ENDED.values(), BATCH_LINES_COMMITTED, BATCH_JOBS_RETURNED)
+    assert {name: counts[name] for name in names} == {name: expected.get(name, 0) for name in names}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from datetime import timedelta
 
@@ -205,3 +206,66 @@ def test_backlog_metrics_report_runnable_work_and_ages(tenant, system_db, clock,
     assert metrics.values["OldestEligibleJobAge"] == pytest.approx(90, abs=1)
     assert metrics.values["OldestUnpublishedOutboxAge"] == pytest.approx(90, abs=1)
     assert metrics.values["UnpublishedOutboxEvents"] == 2
+
+
+# --- provider batches ------------------------------------------------------------------------------------
+
+
+def insert_batch(owner_url, *, created_at, state="submitted", settled_at=None):
+    """A provider batch as the worker records it, written as tollgate_system (the role that keeps them)."""
+    with psycopg.connect(owner_url) as conn:
+        conn.execute("SET ROLE tollgate_system")
+        conn.execute(
+            "INSERT INTO provider_batches (batch_id, provider_pool, model, state, provider_batch_id,"
+            " created_at, submitted_at, ended_at, settled_at)"
+            " VALUES (%s, 'default', 'gpt-4.1-mini', %s, %s, %s, %s, %s, %s)",
+            (
+                new_id(),
+                state,
+                f"batch_{new_id().hex}",
+                created_at,
+                created_at,
+                settled_at,
+                settled_at,
+            ),
+        )
+
+
+def test_batch_gauges_report_open_batches_and_the_oldest_ones_age(system_db, clock, clean_db):
+    metrics = RecordedMetrics()
+
+    # Given no batch at all, the gauges say so (an absent gauge would read as a silent scheduler).
+    run_scheduler(scheduler(system_db, clock, metrics))
+    assert (metrics.values["OpenProviderBatches"], metrics.values["OldestOpenBatchAge"]) == (0, 0.0)
+
+    # Given an open batch created 26 hours ago, one created an hour ago, and an older one already settled.
+    now = clock.now()
+    insert_batch(clean_db, created_at=now - timedelta(hours=26), state="in_progress")
+    insert_batch(clean_db, created_at=now - timedelta(hours=1))
+    insert_batch(
+        clean_db, created_at=now - timedelta(days=3), state="completed", settled_at=now - timedelta(days=2)
+    )
+
+    # When the scheduler ticks.
+    report = run_scheduler(scheduler(system_db, clock, metrics))
+
+    # Then the two open ones count, and the age is the oldest open one's, not the settled one's.
+    assert report.open_batches == metrics.values["OpenProviderBatches"] == 2
+    assert metrics.values["OldestOpenBatchAge"] == report.oldest_open_batch_age_seconds
+    assert report.oldest_open_batch_age_seconds == pytest.approx(26 * 3600, abs=1)
+
+
+def test_the_batch_gauges_read_only_the_index_of_open_batches(clean_db):
+    """With sequential scans priced out, the gauges read provider_batches only through its partial index of
+    open batches by age: their cost follows the open batches, not every batch retention still keeps."""
+    from tollgate.db import load_queries
+
+    with psycopg.connect(clean_db) as conn:
+        conn.execute("SET enable_seqscan = off")
+        plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + load_queries().open_batch_gauges))
+
+    indexes = set(re.findall(r"using (\w+) on provider_batches", plan))
+    assert "Seq Scan" not in plan, plan
+    # The oldest from the age index; the count from either partial index of open batches.
+    assert "provider_batches_open_by_age" in indexes, plan
+    assert indexes <= {"provider_batches_open_by_age", "provider_batches_open"}, plan

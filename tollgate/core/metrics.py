@@ -49,6 +49,22 @@ REVIEW_DECISIONS = {"approve": "ReviewsApproved", "correct": "ReviewsCorrected",
 SPEND_THRESHOLDS_CROSSED = "SpendThresholdsCrossed"
 SPEND_BUDGET_STOPS = "SpendBudgetStops"
 
+# The batch path (DESIGN §7). The worker counts each batch the provider took (created by its batcher, or
+# adopted by a poller after a crash), each line whose answer was committed under its fence, each job given
+# back because its line never ran or never came, and each batch that ended, by its end state. The scheduler
+# publishes the open batches (not yet settled) and the oldest one's age once a tick: an alarm watches the age.
+BATCHES_SUBMITTED = "BatchesSubmitted"
+BATCH_LINES_COMMITTED = "BatchLinesCommitted"
+BATCH_JOBS_RETURNED = "BatchJobsReturned"
+BATCHES_ENDED = {
+    "completed": "BatchesCompleted",
+    "expired": "BatchesExpired",
+    "failed": "BatchesFailed",
+    "cancelled": "BatchesCancelled",
+}
+OPEN_PROVIDER_BATCHES = "OpenProviderBatches"
+OLDEST_OPEN_BATCH_AGE = "OldestOpenBatchAge"
+
 
 class MetricsSink(Protocol):
     def gauge(self, name: str, value: float, unit: str = "Count") -> None: ...

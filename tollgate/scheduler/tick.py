@@ -1,5 +1,6 @@
 """The scheduler's tick: reap expired leases, fail jobs past their deadline, restart webhook deliveries
-that nothing drives any more, publish backlog and review metrics, apply retention (``retention.py``).
+that nothing drives any more, publish backlog, review and provider batch metrics, apply retention
+(``retention.py``).
 
 Runs every minute (and can run twice at once safely: rows are locked with SKIP LOCKED and every update is
 conditioned on the fence it read). A job that ends here gets its ``extraction.failed.v1`` outbox event in
@@ -22,8 +23,10 @@ from tollgate.core.metrics import (
     COUNTER_DRIFT,
     DELIVERIES_RESTARTED,
     OLDEST_ELIGIBLE_JOB_AGE,
+    OLDEST_OPEN_BATCH_AGE,
     OLDEST_UNPUBLISHED_OUTBOX_AGE,
     OLDEST_WAITING_REVIEW_AGE,
+    OPEN_PROVIDER_BATCHES,
     REVIEW_DECISIONS,
     REVIEW_TIME_TO_DECISION,
     REVIEWS_WAITING,
@@ -84,6 +87,8 @@ class SchedulerReport:
     reviews_waiting: int = 0
     oldest_waiting_review_age_seconds: float = 0.0
     review_decisions_counted: int = 0
+    open_batches: int = 0
+    oldest_open_batch_age_seconds: float = 0.0
 
 
 def run_scheduler(deps: SchedulerDeps) -> SchedulerReport:
@@ -93,6 +98,7 @@ def run_scheduler(deps: SchedulerDeps) -> SchedulerReport:
     restart_stalled_deliveries(deps, report)
     publish_backlog_metrics(deps, report)
     publish_review_metrics(deps, report)
+    publish_batch_metrics(deps, report)
     reconcile_queue_counters(deps, report)
     reconcile_tier_queues(deps, report)
     reconcile_backlog_shards(deps, report)
@@ -222,6 +228,20 @@ def publish_review_metrics(deps: SchedulerDeps, report: SchedulerReport) -> None
         deps.metrics.count(name, sum(1 for row in decided if row["decision"] == kind))
     for row in decided:
         deps.metrics.observe(REVIEW_TIME_TO_DECISION, max(row["waited_seconds"], 0.0), "Seconds")
+
+
+def publish_batch_metrics(deps: SchedulerDeps, report: SchedulerReport) -> None:
+    """The provider batches not yet settled and the age of the oldest (an alarm watches it). A batch outlives
+    its jobs' leases only when no poller follows it: no worker with the Batch API on serves the batch tier,
+    or every poll of it fails."""
+    now = deps.clock.now()
+    with deps.db.transaction() as conn:
+        batches = conn.execute(deps.db.q.open_batch_gauges).fetchone()
+    assert batches is not None
+    report.open_batches = batches["open"]
+    report.oldest_open_batch_age_seconds = _age(now, batches["oldest"])
+    deps.metrics.gauge(OPEN_PROVIDER_BATCHES, report.open_batches)
+    deps.metrics.gauge(OLDEST_OPEN_BATCH_AGE, report.oldest_open_batch_age_seconds, "Seconds")
 
 
 def reconcile_queue_counters(deps: SchedulerDeps, report: SchedulerReport) -> None:

@@ -132,3 +132,10 @@ RETURNING batch_id
 
 -- name: get_provider_batch
 SELECT model, provider_batch_id FROM provider_batches WHERE batch_id = %(batch_id)s
+
+-- name: open_batch_gauges
+-- The scheduler's gauges, once a tick: how many batches are open (not yet settled) and since when the oldest,
+-- both read from the partial index of open batches by age. A batch open past its jobs' leases (the window and
+-- the settle) is followed by no poller.
+SELECT (SELECT min(created_at) FROM provider_batches WHERE settled_at IS NULL) AS oldest,
+       (SELECT count(*) FROM provider_batches WHERE settled_at IS NULL) AS open

@@ -28,6 +28,7 @@ from tollgate.core import checkpoints
 from tollgate.core.checkpoints import BATCH_AFTER_CREATE, BATCH_AFTER_UPLOAD
 from tollgate.core.documents import DocumentStoreUnreachable
 from tollgate.core.errors import DocumentUnavailable
+from tollgate.core.metrics import BATCHES_SUBMITTED
 from tollgate.core.tiers import ServiceTier
 from tollgate.execution.attempt import load_pages, spend_refusal, task_of
 from tollgate.execution.batch.deps import BatchDeps
@@ -238,6 +239,7 @@ async def submit_batch(deps: BatchDeps, batch: PreparedBatch, stop: asyncio.Even
             "batch submitted",
             extra={"batch_id": str(batch.batch_id), "model": batch.model, "requests": len(batch.jobs)},
         )
+        deps.execution.metrics.count(BATCHES_SUBMITTED)
         return SubmitEnd.SUBMITTED
     if await asyncio.to_thread(provider_batch_id, deps, batch.batch_id) == created.id:
         return SubmitEnd.SUBMITTED  # a poller that took the batch over found this very batch and adopted it

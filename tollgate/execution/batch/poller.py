@@ -31,7 +31,15 @@ from tollgate.core.checkpoints import BATCH_LINE_COMMITTED
 from tollgate.core.documents import DocumentStoreUnreachable
 from tollgate.core.errors import DocumentUnavailable
 from tollgate.core.job_states import JobState, checked_transition
-from tollgate.execution.attempt import BatchLine, finish_batch_line, load_pages, task_of
+from tollgate.core.metrics import BATCH_JOBS_RETURNED, BATCH_LINES_COMMITTED, BATCHES_ENDED, BATCHES_SUBMITTED
+from tollgate.execution.attempt import (
+    AttemptEnd,
+    AttemptReport,
+    BatchLine,
+    finish_batch_line,
+    load_pages,
+    task_of,
+)
 from tollgate.execution.batch.deps import BatchDeps
 from tollgate.execution.batch.states import BATCH_STATE_MACHINE, BatchState, next_state
 from tollgate.execution.leasing import ClaimedJob
@@ -118,6 +126,8 @@ def _recover(deps: BatchDeps, row: dict[str, Any], report: PollReport) -> BatchS
         if record_submitted(deps, row["batch_id"], twin, holder=deps.execution.worker_id):
             report.adopted += 1
             logger.info("adopted a batch created before a crash", extra={"batch_id": str(row["batch_id"])})
+            # Its batcher died before counting it: the provider took it all the same.
+            deps.execution.metrics.count(BATCHES_SUBMITTED)
             return BatchState.SUBMITTED
         return BatchState.PREPARING  # someone else moved it on; nothing of ours to do
     logger.warning(
@@ -165,6 +175,7 @@ def fail_unsubmitted(deps: BatchDeps, batch_id: UUID, reason: str, *, holder: st
         ).fetchone()
     if failed is None:
         return BatchState.PREPARING
+    execution.metrics.count(BATCHES_ENDED[BatchState.FAILED.value])
     return_unsettled(deps, batch_id, reason)
     _finish_settle(deps, batch_id, holder)
     return BatchState.FAILED
@@ -179,7 +190,7 @@ def _follow(deps: BatchDeps, row: dict[str, Any], report: PollReport) -> BatchSt
         return state
     execution = deps.execution
     with execution.db.transaction() as conn:
-        conn.execute(
+        ended = conn.execute(
             execution.db.q.end_provider_batch,
             {
                 "batch_id": row["batch_id"],
@@ -190,7 +201,7 @@ def _follow(deps: BatchDeps, row: dict[str, Any], report: PollReport) -> BatchSt
                 "now": execution.clock.now(),
                 "error": Jsonb({"errors": list(provider.errors)}) if provider.errors else None,
             },
-        )
+        ).fetchone()
     row.update(output_file_id=provider.output_file_id, error_file_id=provider.error_file_id)
     report.ended += 1
     logger.info(
@@ -202,6 +213,8 @@ def _follow(deps: BatchDeps, row: dict[str, Any], report: PollReport) -> BatchSt
             "failed": provider.failed,
         },
     )
+    if ended is not None:  # counted once: a poller that lost its hold meanwhile ended nothing
+        execution.metrics.count(BATCHES_ENDED[state.value])
     return state
 
 
@@ -275,12 +288,20 @@ def _settle_line(deps: BatchDeps, row: dict[str, Any], raw: bytes, line: BatchLi
     except DocumentUnavailable as error:
         # The answer cannot be checked against a document that is gone: the job ends as it would have.
         result = LlmResult(OutcomeClass.DOCUMENT_UNAVAILABLE, row["model"], error=str(error))
-        finish_batch_line(execution, job, task_of(job, ()), result, routed=row["model"], line=line)
+        _count_line(
+            deps, finish_batch_line(execution, job, task_of(job, ()), result, routed=row["model"], line=line)
+        )
         return True
     task = task_of(job, pages)
     result = line_result(output, task.job_type, row["model"])
-    finish_batch_line(execution, job, task, result, routed=row["model"], line=line)
+    _count_line(deps, finish_batch_line(execution, job, task, result, routed=row["model"], line=line))
     return True
+
+
+def _count_line(deps: BatchDeps, finished: AttemptReport) -> None:
+    """A line whose job moved on (cancelled, reaped) was discarded, not committed."""
+    if finished.end is not AttemptEnd.LOST:
+        deps.execution.metrics.count(BATCH_LINES_COMMITTED)
 
 
 def _member_job(member: dict[str, Any]) -> ClaimedJob:
@@ -329,6 +350,8 @@ def return_member(deps: BatchDeps, batch_id: UUID, job_id: UUID, fence: int, rea
                 "outcome": "returned" if returned is not None else "moved_on",
             },
         )
+    if returned is not None:
+        execution.metrics.count(BATCH_JOBS_RETURNED)
     return returned is not None
 
 
