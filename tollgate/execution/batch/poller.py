@@ -202,8 +202,11 @@ def _follow(deps: BatchDeps, row: dict[str, Any], report: PollReport) -> BatchSt
                 "error": Jsonb({"errors": list(provider.errors)}) if provider.errors else None,
             },
         ).fetchone()
+    if ended is None:
+        return current  # another poller took the batch over meanwhile: it is theirs to settle
     row.update(output_file_id=provider.output_file_id, error_file_id=provider.error_file_id)
     report.ended += 1
+    execution.metrics.count(BATCHES_ENDED[state.value])
     logger.info(
         "batch ended",
         extra={
@@ -213,8 +216,6 @@ def _follow(deps: BatchDeps, row: dict[str, Any], report: PollReport) -> BatchSt
             "failed": provider.failed,
         },
     )
-    if ended is not None:  # counted once: a poller that lost its hold meanwhile ended nothing
-        execution.metrics.count(BATCHES_ENDED[state.value])
     return state
 
 
