@@ -87,6 +87,7 @@ bench: setup ## Run the benchmarks; results go to bench/results/, figures to BEN
 	$(RUN) -m bench.drain
 	$(RUN) -m bench.drain --profile tokens
 	$(RUN) -m bench.drain --profile many-tenants
+	$(RUN) -m bench.batch_path
 	$(RUN) -m bench.scale
 	$(RUN) -m bench.openloop
 	$(RUN) -m bench.report

@@ -14,6 +14,7 @@ import statistics
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ BENCHMARKS = (
     "drain_tokens",
     "drain_many",
     "drain_tiers",
+    "batch_path",
     "scale",
     "openloop",
     "accuracy",
@@ -1384,6 +1386,170 @@ def drain_tiers_section(doc: Doc) -> list[str]:
     return lines
 
 
+# ------------------------------------------------------------------------------------------ batch path
+
+
+def usd(value: str) -> str:
+    """An exact decimal amount as recorded (a string, to the micro-dollar)."""
+    return f"${value}"
+
+
+def _pool_text(run: Doc) -> str:
+    """What a path took from the immediate pool: calls made, and the tokens the limiter reserved for them."""
+    limiter = run["immediate_pool"]["limiter"]
+    return f"{limiter['requests']:,} requests, {limiter['reserved_tokens']:,} tokens reserved"
+
+
+def _peaks(run: Doc) -> list[tuple[str, int, int]]:
+    """Per model: the most tokens the batch pool held at once, and the most prompt tokens the provider had
+    enqueued at once (the Batch API's limit is per model)."""
+    pool = run.get("batch_pool") or {}
+    held, enqueued = pool.get("peak_held_tokens", {}), pool.get("provider_peak_enqueued_tokens", {})
+    return [(model, held.get(model, 0), enqueued.get(model, 0)) for model in sorted({*held, *enqueued})]
+
+
+def _peaks_text(run: Doc) -> str:
+    return ", ".join(f"`{model}` {held:,} ({enqueued:,})" for model, held, enqueued in _peaks(run)) or "none"
+
+
+def batch_path_summary(doc: Doc) -> list[list[str]]:
+    """The batch path's cost beside the immediate path's for the same invoices, then the budget each used."""
+    paths = doc["paths"]
+    immediate, batch = paths.get("immediate"), paths.get("batch")
+    if not immediate or not batch:
+        return []
+    at = f"`batch_path.json` {run_date(doc)}"
+    ratio = doc["summary"]["batch_over_immediate_cost"]
+    invoices = doc["config"]["invoices"]
+    smoke = " (smoke run)" if doc["config"].get("quick") else ""
+    requests_ratio = doc["summary"]["batch_immediate_requests_over_immediate"]
+    return [
+        [
+            f"batch path: cost per 1,000 invoices, the same {invoices:,} through each path{smoke}",
+            usd(batch["cost_per_1000_invoices_usd"]),
+            f"immediate path: {usd(immediate['cost_per_1000_invoices_usd'])}",
+            "" if ratio is None else times(ratio),
+            at,
+        ],
+        [
+            "batch path: provider budget used",
+            f"Batch API pool, peak held per model (prompt tokens enqueued at the provider): "
+            f"{_peaks_text(batch)}; immediate pool: {_pool_text(batch)}",
+            f"immediate path: {_pool_text(immediate)}",
+            "" if requests_ratio is None else f"{times(requests_ratio)} the requests",
+            at,
+        ],
+    ]
+
+
+def batch_path_section(doc: Doc) -> list[str]:
+    config, paths = doc["config"], doc["paths"]
+    kinds = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in config["kinds"].items())
+    prices = "; ".join(
+        f"`{model}` ${inp:g} in / ${out:g} out" for model, (inp, out) in config["model_prices"].items()
+    )
+    lines = [
+        "## Batch path against immediate calls: cost per 1,000 invoices",
+        "",
+        *provenance("batch_path", doc),
+        f"The same {config['invoices']:,} sample invoices (seed {config['seed']}: {kinds}) accepted twice, "
+        "each path under a tenant of its own and a deadline of "
+        f"{config['deadline_seconds'] // 3600} h: as normal-tier jobs worked by the worker's execution slots "
+        f"({config['slots']}), and as batch-tier jobs worked by the worker's batch path (request files "
+        "through the simulator's Files and Batches API, polled and settled line by line), whatever it hands "
+        "back running on the immediate path as in production. The simulated batch completes "
+        f"{num(config['simulated_completion_seconds'], 0)} s after it is created (the real Batch API takes "
+        "up to 24 h), so the batch path's wall time is this machine's, not the provider's. Prices are the "
+        "worker's defaults per million tokens ("
+        f"{prices}), a batch line at {config['batch_price_factor']:g} of them; cost is the sum of "
+        "`job_attempts.cost_usd` as stored, discount the sum of `discount_usd`.",
+        "",
+    ]
+    rows = []
+    for key in ("immediate", "batch"):
+        run = paths.get(key)
+        if not run:
+            continue
+        states, routes, totals = run["job_states"], run["by_route"], run["totals"]
+        batches = run.get("provider_batches")
+        rows.append(
+            [
+                key,
+                f"{run['jobs']:,}",
+                f"{states.get('SUCCEEDED', 0):,} / {states.get('REVIEW_REQUIRED', 0):,}",
+                f"{routes['batch_line']['attempts']:,} + {routes['immediate_call']['attempts']:,}",
+                usd(totals["cost_usd"]),
+                usd(run["cost_per_1000_invoices_usd"]),
+                usd(totals["discount_usd"]),
+                f"{totals['input_tokens']:,} / {totals['output_tokens']:,}",
+                f"{run['immediate_pool']['limiter']['requests']:,} / "
+                f"{run['immediate_pool']['limiter']['reserved_tokens']:,} "
+                f"({run['immediate_pool']['limiter']['used_tokens']:,})",
+                "-" if batches is None else _peaks_text(run),
+                "-" if batches is None else f"{batches['batches']} / {batches['lines']:,}",
+                f"{num(run['wall_s'])} s",
+            ]
+        )
+    lines += table(
+        [
+            "path",
+            "jobs",
+            "SUCCEEDED / REVIEW_REQUIRED",
+            "attempts: batch lines + immediate calls",
+            "cost",
+            "per 1,000 invoices",
+            "batch discount",
+            "tokens in / out",
+            "immediate pool: requests / tokens reserved (used)",
+            "Batch API pool: peak held per model (enqueued at the provider)",
+            "provider batches / lines",
+            "wall time",
+        ],
+        rows,
+        right=range(1, 12),
+    )
+    immediate, batch = paths.get("immediate"), paths.get("batch")
+    if immediate and batch:
+        ratio = doc["summary"]["batch_over_immediate_cost"]
+        fallback = batch["by_route"]["immediate_call"]
+        peaks = _peaks(batch)
+        over = max((held / enqueued for _, held, enqueued in peaks if enqueued), default=None)
+        cost = Decimal(batch["totals"]["cost_usd"])
+        share = Decimal(fallback["cost_usd"]) / cost if cost else 0
+        by_kind = ", ".join(
+            f"{a['attempts']:,} {a['model']} {a['outcome']}"
+            for a in batch["attempts"]
+            if a["route"] == "immediate_call"
+        )
+        lines += [
+            "",
+            f"Batch cost ÷ immediate cost: {'-' if ratio is None else times(ratio)}. The batch path still "
+            f"made {fallback['attempts']:,} immediate calls ({by_kind or 'none'}) at the list price: "
+            f"{usd(fallback['cost_usd'])}, {pct(float(share))} of what it paid. A job is offered to the "
+            "Batch API once; a retry, including an escalation to the large model after a result that failed "
+            "validation, runs on the immediate path.",
+            "",
+            "The immediate pool's tokens are what the limiter reserved for the calls made (each call's "
+            "estimate of prompt and output; what a call did not use goes back when it ends). The Batch API "
+            "pool's peak is the most the batch pool held at once for the files in flight, up to "
+            f"{'-' if over is None else num(over)}{TIMES} the prompt tokens the simulator had enqueued at "
+            "its peak: the batcher enqueues each job's whole estimate, where the provider counts prompt "
+            "tokens.",
+        ]
+        pool = batch.get("batch_pool") or {}
+        if pool.get("denials"):
+            limits = ", ".join(f"`{m}` {n:,}" for m, n in sorted(pool.get("limit_tokens", {}).items()))
+            lines[-1] += (
+                f" The batch pool refused room {pool['denials']:,} times (limit per model: {limits}): a file "
+                "waited for an earlier one to settle before it could be created."
+            )
+        errors = [f"{key}: {e}" for key, run in paths.items() for e in run.get("errors", [])]
+        if errors:
+            lines += ["", "**Problems in this run:** " + "; ".join(errors) + "."]
+    lines.append("")
+    return lines
+
+
 def scale_summary(scale: Doc) -> list[list[str]]:
     """The worst claim shape and the largest backlog, each against its floor."""
     at = f"`scale.json` {run_date(scale)}"
@@ -1514,6 +1680,9 @@ def summary_rows(results: Mapping[str, Doc]) -> list[list[str]]:
     drain_tiers = results.get("drain_tiers")
     if drain_tiers:
         rows += drain_tiers_summary(drain_tiers)
+    batch_path = results.get("batch_path")
+    if batch_path:
+        rows += batch_path_summary(batch_path)
     scale = results.get("scale")
     if scale:
         rows += scale_summary(scale)
@@ -1856,6 +2025,7 @@ SECTIONS: dict[str, Callable[[Doc], list[str]]] = {
     "drain_tokens": drain_tokens_section,
     "drain_many": drain_many_section,
     "drain_tiers": drain_tiers_section,
+    "batch_path": batch_path_section,
     "scale": scale_section,
     "openloop": openloop_section,
     "accuracy": accuracy_section,

@@ -177,3 +177,30 @@ def test_an_open_loop_refusal_admission_did_not_owe_and_a_late_client_are_report
         "**missed** |"
     )
     assert "**The client fell behind its schedule**" in text
+
+
+def test_the_batch_path_headline_is_its_cost_over_the_immediate_paths_from_the_same_run(results_copy):
+    # Given a batch path run whose batch cost came to 0.55 of the immediate path's
+    def at_055(document):
+        document["summary"]["batch_over_immediate_cost"] = 0.55
+
+    edit(results_copy / "batch_path.json", at_055)
+
+    # Then the at-a-glance row and the section show that ratio beside both costs per 1,000 invoices
+    text = report.render(report.load_results(results_copy))
+    paths = json.loads((results_copy / "batch_path.json").read_text())["paths"]
+    row = next(line for line in text.splitlines() if line.startswith("| batch path: cost per 1,000 invoices"))
+    assert f"| ${paths['batch']['cost_per_1000_invoices_usd']} |" in row
+    assert (
+        f"immediate path: ${paths['immediate']['cost_per_1000_invoices_usd']} | 0.55{report.TIMES} |" in row
+    )
+    assert f"Batch cost ÷ immediate cost: 0.55{report.TIMES}." in text
+
+
+def test_a_batch_path_run_with_problems_says_so(results_copy):
+    def unsettled(document):
+        document["paths"]["batch"]["errors"] = ["jobs still unsettled after 600 s"]
+
+    edit(results_copy / "batch_path.json", unsettled)
+    text = report.render(report.load_results(results_copy))
+    assert "**Problems in this run:** batch: jobs still unsettled after 600 s." in text
