@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -25,7 +26,7 @@ from tollgate.core.checkpoints import BATCH_AFTER_CREATE, BATCH_AFTER_UPLOAD, BA
 from tollgate.core.clock import FakeClock, SystemClock, new_id
 from tollgate.core.metrics import RecordedMetrics
 from tollgate.core.retry import RetryPolicy
-from tollgate.execution.attempt import AttemptEnd, ExecutionDeps, run_attempt
+from tollgate.execution.attempt import AttemptEnd, ExecutionDeps, ModelRouter, run_attempt
 from tollgate.execution.batch.batcher import Round, SubmitEnd, prepare_round, submit_batch
 from tollgate.execution.batch.deps import BatchConfig, BatchDeps
 from tollgate.execution.batch.poller import PollReport, poll_batches
@@ -37,7 +38,7 @@ from tollgate.execution.llm.client import OpenAIExtractor
 from tollgate.execution.llm.output import StructuredOutput
 from tollgate.scheduler.tick import SchedulerDeps, run_scheduler
 from tollgate.tenants.suppliers import add_supplier
-from tollgate_dev.samples import SUPPLIERS, generate_invoices, request_body
+from tollgate_dev.samples import INCONSISTENT_TOTAL, SUPPLIERS, generate_invoices, request_body
 from tollgate_dev.simulator.batches import BatchSimulation
 from tollgate_dev.simulator.server import SimulatedProvider, SimulatorConfig
 
@@ -143,9 +144,9 @@ def batch_deps(system_db, simulator, clock, *, worker_id="batcher-a", **config: 
 
 
 def submit_invoices(
-    tenant, count: int, *, deadline_seconds: int = BATCH_DEADLINE_SECONDS, seed: int = 7
+    tenant, count: int, *, deadline_seconds: int = BATCH_DEADLINE_SECONDS, seed: int = 7, kind: str = "clean"
 ) -> list[str]:
-    invoices = generate_invoices(count, seed=seed, kinds=["clean"] * count)
+    invoices = generate_invoices(count, seed=seed, kinds=[kind] * count)
     return [
         tenant.client.submit(
             request_body(invoice, service_tier="batch", deadline_seconds=deadline_seconds),
@@ -657,3 +658,31 @@ def test_a_batch_recovered_after_its_batcher_died_is_counted_once(
         expected = {BATCHES_ENDED["failed"]: 1, BATCH_JOBS_RETURNED: 4}
     names = (BATCHES_SUBMITTED, *BATCHES_ENDED.values(), BATCH_LINES_COMMITTED, BATCH_JOBS_RETURNED)
     assert {name: counts[name] for name in names} == {name: expected.get(name, 0) for name in names}
+
+
+def test_an_escalation_to_the_large_model_goes_into_a_batch_of_its_own_when_the_deadline_allows(
+    known_tenant, system_db, simulator, clock, clean_db
+):
+    # Given invoices whose totals do not add up (the small model's result fails validation), with a deadline
+    # that leaves room for two batches, and escalation to the large model on.
+    job_ids = submit_invoices(known_tenant, 3, deadline_seconds=6 * 24 * 3600, kind=INCONSISTENT_TOTAL)
+    deps = batch_deps(system_db, simulator, clock)
+    deps = replace(deps, execution=replace(deps.execution, router=ModelRouter("small-model", "large-model")))
+
+    # When the first batch (small model) settles and the next round claims the escalated jobs.
+    prepare_and_submit(deps)
+    poll_until_settled(deps, clock)
+    assert set(job_states(clean_db).values()) == {"RETRY_SCHEDULED"}
+    claimed, _ = prepare_and_submit(deps)
+    poll_until_settled(deps, clock)
+
+    # Then the large model's attempt went through a batch too, at the batch price, and the jobs went to review.
+    assert claimed.immediate == [] and [b.model for b in claimed.batches] == ["large-model"]
+    assert set(job_states(clean_db).values()) == {"REVIEW_REQUIRED"}
+    attempts = rows(
+        clean_db, "SELECT job_id, model, outcome, batch_id IS NOT NULL FROM job_attempts ORDER BY attempt"
+    )
+    assert sorted((m, o, b) for _, m, o, b in attempts) == sorted(
+        [("small-model", "escalated", True)] * 3 + [("large-model", "ok", True)] * 3
+    )
+    assert {str(j) for j, *_ in attempts} == set(job_ids)

@@ -114,15 +114,13 @@ def prepare_round(deps: BatchDeps, *, immediate_room: int) -> Round:
         if job is None:
             break
         claimed += 1
-        line_and_model = _line_for(deps, job)
-        if line_and_model is None:
+        request = _line_for(deps, job)
+        if request is None:
             done.immediate.append(job)
             continue
-        line, model = line_and_model
+        line, model, prompt_tokens = request
         batch = open_by_model.get(model)
-        if batch is not None and not batch.fits(
-            line, job.estimated_tokens, config.max_bytes, token_limit(model)
-        ):
+        if batch is not None and not batch.fits(line, prompt_tokens, config.max_bytes, token_limit(model)):
             done.batches.append(open_by_model.pop(model))  # full: sealed, and a new file takes the line
             batch = None
         new = batch is None
@@ -133,14 +131,18 @@ def prepare_round(deps: BatchDeps, *, immediate_room: int) -> Round:
         open_by_model[model] = batch
         batch.lines.append(line)
         batch.size += len(line)
-        batch.tokens += job.estimated_tokens
+        batch.tokens += prompt_tokens
         batch.jobs.append(job)
     done.batches.extend(open_by_model.values())
     return done
 
 
-def _line_for(deps: BatchDeps, job: ClaimedJob) -> tuple[bytes, str] | None:
-    """The job's request line and model, or None when it runs on the immediate path instead."""
+def _line_for(deps: BatchDeps, job: ClaimedJob) -> tuple[bytes, str, int] | None:
+    """The job's request line, model and prompt tokens, or None when it runs on the immediate path instead.
+
+    The Batch API's budget counts the prompt tokens enqueued, not the completion a request may produce, so a
+    line holds its job's estimate less the completion tokens acceptance reserved in it (the same cap as
+    ``max_tokens`` here)."""
     execution, config = deps.execution, deps.config
     if not config.offers(job, execution.clock.now()):
         return None
@@ -156,9 +158,10 @@ def _line_for(deps: BatchDeps, job: ClaimedJob) -> tuple[bytes, str] | None:
     max_tokens = min(execution.max_output_tokens, task.job_type.max_output_tokens)
     custom_id = CustomId(job.job_id, job.attempt, job.fence)
     line = request_line(custom_id, task, model, max_tokens, deps.structured_output)
-    if len(line) > config.max_bytes or job.estimated_tokens > deps.pool.limit(model):
+    prompt_tokens = max(1, job.estimated_tokens - max_tokens)
+    if len(line) > config.max_bytes or prompt_tokens > deps.pool.limit(model):
         return None  # no file could carry it, or the model's Batch API budget could never hold it
-    return line, model
+    return line, model, prompt_tokens
 
 
 def _join(deps: BatchDeps, batch: PreparedBatch, job: ClaimedJob, *, new: bool) -> bool:

@@ -44,10 +44,13 @@ class BatchConfig:
         return self.window_seconds + self.settle_seconds
 
     def offers(self, job: ClaimedJob, now: datetime) -> bool:
-        """Whether a claimed job goes into a batch: offered once, and only with time for the whole window,
-        the settle and an immediate attempt after them before its deadline. Anything else runs now."""
+        """Whether a claimed job goes into a batch: once per model step (its first model, and the large one
+        after the small one's result failed validation), and only with time for the whole window, the settle
+        and an immediate attempt after them before its deadline. Anything else runs now: a failed line's
+        retry, a job back from a batch that expired, failed or never reached the provider."""
         left = (job.deadline_at - now).total_seconds()
-        return job.batch_offers == 0 and left >= self.lease_seconds + self.fallback_seconds
+        offers_allowed = 2 if job.model_escalated else 1
+        return job.batch_offers < offers_allowed and left >= self.lease_seconds + self.fallback_seconds
 
 
 @dataclass(frozen=True)
