@@ -8,6 +8,7 @@ a batch takes."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 from collections.abc import Iterator
 from decimal import Decimal
@@ -27,6 +28,7 @@ from tollgate.execution.attempt import AttemptEnd, ExecutionDeps, run_attempt
 from tollgate.execution.batch.batcher import Round, SubmitEnd, prepare_round, submit_batch
 from tollgate.execution.batch.deps import BatchConfig, BatchDeps
 from tollgate.execution.batch.poller import PollReport, poll_batches
+from tollgate.execution.limiter.base import LimiterUnavailable
 from tollgate.execution.limiter.batch_pool import InMemoryBatchPool, Limits
 from tollgate.execution.llm.batch_api import OpenAIBatchApi
 from tollgate.execution.llm.client import OpenAIExtractor
@@ -377,3 +379,42 @@ def test_a_job_whose_deadline_is_too_near_for_a_batch_runs_on_the_immediate_path
     assert claimed.batches == [] and sorted(str(j.job_id) for j in claimed.immediate) == sorted(job_ids)
     assert set(run_immediate(deps.execution, claimed.immediate)) == {AttemptEnd.SUCCEEDED}
     assert rows(clean_db, "SELECT 1 FROM provider_batches") == []
+
+
+class ReleaseRefusedOnce(InMemoryBatchPool):
+    """The Batch API's budget whose table does not answer the first release, as in an AWS outage."""
+
+    refused = 0
+
+    def release(self, pool: str, model: str, holder: str) -> None:
+        if not self.refused:
+            self.refused += 1
+            raise LimiterUnavailable("the budget's table did not answer")
+        super().release(pool, model, holder)
+
+
+def test_a_batch_is_settled_only_once_its_enqueued_tokens_are_back_in_the_budget(
+    known_tenant, system_db, simulator, clock, clean_db
+):
+    submit_invoices(known_tenant, 3)
+    pool = ReleaseRefusedOnce(clock, Limits(POOL_LIMIT))
+    deps = dataclasses.replace(batch_deps(system_db, simulator, clock), pool=pool)
+    claimed, _ = prepare_and_submit(deps)
+    provider_pool, model = deps.execution.provider_pool, claimed.batches[0].model
+    assert pool.room(provider_pool, model) < POOL_LIMIT
+
+    # Given a batch that ends while the budget's table does not answer the poller's release.
+    clock.advance(COMPLETION_SECONDS)
+    first = poll_batches(deps)
+
+    # Then its lines are committed, but it is not settled: a settled batch is never looked at again, and its
+    # tokens would stay held for a day.
+    assert (first.lines, first.settled, pool.refused) == (3, 0, 1)
+    assert rows(clean_db, "SELECT 1 FROM provider_batches WHERE settled_at IS NULL") == [(1,)]
+    assert pool.room(provider_pool, model) < POOL_LIMIT
+
+    # When the next poller takes it once the hold ran out, the tokens go back and the batch is settled.
+    report = poll_until_settled(deps, clock, step=deps.config.hold_seconds + 1)
+    assert report.settled == 1 and report.lines == 0
+    assert pool.room(provider_pool, model) == POOL_LIMIT
+    assert set(job_states(clean_db).values()) == {"SUCCEEDED"}
