@@ -728,7 +728,7 @@ class ChaosRun:
         facts = {
             "provider completions": provider.completions,
             "provider requests": provider.requests,
-            "provider batches": sum(provider.batches.values()),
+            "batches created at the provider": sum(provider.batches.values()),
             "batch lines answered": provider.batch_lines_answered,
             "batch lines failed": provider.batch_lines_failed,
             "ERP repeats recognised": self.erp_log.redeliveries,
