@@ -21,6 +21,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from tollgate.core import checkpoints
 from tollgate.core.checkpoints import (
     AFTER_PROVIDER_RESPONSE,
+    BATCH_AFTER_CREATE,
+    BATCH_LINE_COMMITTED,
     BEFORE_SQS_DELETE,
     CHECKPOINTS,
     RELAY_AFTER_PUBLISH,
@@ -28,6 +30,8 @@ from tollgate.core.checkpoints import (
 
 __all__ = [
     "AFTER_PROVIDER_RESPONSE",
+    "BATCH_AFTER_CREATE",
+    "BATCH_LINE_COMMITTED",
     "BEFORE_SQS_DELETE",
     "CRASH_STATUS",
     "RELAY_AFTER_PUBLISH",

@@ -15,12 +15,15 @@ FAULTS = (
     "worker killed right after the provider answered",
     "worker killed between the inbox commit and the SQS delete",
     "relay killed between publishing a batch and marking it",
+    "worker killed mid-download of a provider batch",
+    "worker killed between creating a batch and recording it",
     "AWS endpoint (moto) unreachable",
     "PostgreSQL restarted",
     "provider 429 storm",
     "provider timeouts",
     "malformed JSON from the model",
     "wrong-schema output from the model",
+    "provider batch lines failed with a 500",
     "ERP webhook receiver down",
 )
 

@@ -31,6 +31,7 @@ from tollgate.execution.batch.batcher import Round, SubmitEnd, prepare_round, su
 from tollgate.execution.batch.deps import BatchConfig, BatchDeps
 from tollgate.execution.batch.poller import PollReport, poll_batches
 from tollgate.execution.limiter import Denied, Permit, Reservation
+from tollgate.execution.limiter.base import LimiterUnavailable
 from tollgate.execution.limiter.batch_pool import Enqueue, Enqueued, InMemoryBatchPool, Limits
 from tollgate.execution.limiter.local import InProcessLimiter
 from tollgate.execution.llm.batch_api import OpenAIBatchApi
@@ -686,3 +687,42 @@ def test_an_escalation_to_the_large_model_goes_into_a_batch_of_its_own_when_the_
         [("small-model", "escalated", True)] * 3 + [("large-model", "ok", True)] * 3
     )
     assert {str(j) for j, *_ in attempts} == set(job_ids)
+
+
+class ReleaseRefusedOnce(InMemoryBatchPool):
+    """The Batch API's budget whose table does not answer the first release, as in an AWS outage."""
+
+    refused = 0
+
+    def release(self, pool: str, model: str, holder: str) -> None:
+        if not self.refused:
+            self.refused += 1
+            raise LimiterUnavailable("the budget's table did not answer")
+        super().release(pool, model, holder)
+
+
+def test_a_batch_is_settled_only_once_its_enqueued_tokens_are_back_in_the_budget(
+    known_tenant, system_db, simulator, clock, clean_db
+):
+    submit_invoices(known_tenant, 3)
+    pool = ReleaseRefusedOnce(clock, Limits(POOL_LIMIT))
+    deps = replace(batch_deps(system_db, simulator, clock), pool=pool)
+    claimed, _ = prepare_and_submit(deps)
+    provider_pool, model = deps.execution.provider_pool, claimed.batches[0].model
+    assert pool.room(provider_pool, model) < POOL_LIMIT
+
+    # Given a batch that ends while the budget's table does not answer the poller's release.
+    clock.advance(COMPLETION_SECONDS)
+    first = poll_batches(deps)
+
+    # Then its lines are committed, but it is not settled: a settled batch is never looked at again, and its
+    # tokens would stay held for a day.
+    assert (first.lines, first.settled, pool.refused) == (3, 0, 1)
+    assert rows(clean_db, "SELECT 1 FROM provider_batches WHERE settled_at IS NULL") == [(1,)]
+    assert pool.room(provider_pool, model) < POOL_LIMIT
+
+    # When the next poller takes it once the hold ran out, the tokens go back and the batch is settled.
+    report = poll_until_settled(deps, clock, step=deps.config.hold_seconds + 1)
+    assert report.settled == 1 and report.lines == 0
+    assert pool.room(provider_pool, model) == POOL_LIMIT
+    assert set(job_states(clean_db).values()) == {"SUCCEEDED"}

@@ -1,30 +1,42 @@
-"""The ledger check against a real database, SQS on moto and an ERP over HTTP: a clean run keeps every
-promise, and each kind of broken promise - a second result, a lost outbox event, an unexplained job, an
-attempt counter that disagrees, a duplicate ERP effect, a message left behind - is caught by its own
-invariant and by no other."""
+"""The ledger check against a real database, SQS and DynamoDB on moto, an ERP over HTTP and the simulated
+provider's Batch API: a clean run keeps every promise, and each kind of broken promise - a second result, a
+lost outbox event, an unexplained job, an attempt counter that disagrees, a duplicate ERP effect, a message
+left behind, a provider batch never settled, a result that is not its last claim's, a batch budget never
+given back - is caught by its own invariant and by no other."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from uuid import UUID
 
 import boto3
 import psycopg
 import pytest
 
-from tests.integration.test_execution import TEXT, ScriptedLlm, claim, make_deps, ok
+from tests.integration.test_batch_path import (
+    BATCH_DEADLINE_SECONDS,
+    COMPLETION_SECONDS,
+    batch_deps,
+    poll_until_settled,
+    prepare_and_submit,
+)
+from tests.integration.test_execution import TEXT, ScriptedLlm, claim, make_deps, ok, rows
 from tests.support import invoice_request
-from tollgate.core.clock import SystemClock, new_id
+from tollgate.core.clock import FakeClock, SystemClock, new_id
 from tollgate.delivery.attempts import AttemptDeps, attempt_delivery
 from tollgate.delivery.deliveries import WebhookDispatcher
 from tollgate.delivery.sender import WebhookSender
 from tollgate.delivery.signing import sign
 from tollgate.events import EXTRACTION_REQUESTED, WEBHOOK_EVENT_TYPES
 from tollgate.execution.attempt import run_attempt
+from tollgate.execution.batch.deps import BatchDeps
+from tollgate.execution.limiter.batch_pool import DynamoDbBatchPool, Enqueue, Enqueued, Limits
 from tollgate.execution.llm.client import LlmResult, OutcomeClass
 from tollgate.ingress.consumer import IngressDeps, ingest_once
 from tollgate.outbox.relay import RelayDeps, relay_outbox
@@ -33,6 +45,9 @@ from tollgate.tenants.suppliers import add_supplier
 from tollgate_dev.chaos.erp import ErpEndpoint, ErpLog
 from tollgate_dev.chaos.ledger import (
     ATTEMPTS_CONSISTENT,
+    BATCH_INVARIANTS,
+    BATCH_POOL_RELEASED,
+    BATCHES_SETTLED,
     JOBS_EXPLAINED,
     NO_DUPLICATE_ERP_EFFECTS,
     NO_DUPLICATE_RESULTS,
@@ -42,10 +57,14 @@ from tollgate_dev.chaos.ledger import (
     Expectations,
     LedgerReport,
     check_ledger,
+    read_batch_pool,
     read_queues,
 )
-from tollgate_dev.local.aws import JobsQueues, create_jobs_queues
+from tollgate_dev.local.aws import JobsQueues, create_jobs_queues, create_limiter_table
 from tollgate_dev.local.client import ApiClient
+from tollgate_dev.samples import SUPPLIERS, generate_invoices, request_body
+from tollgate_dev.simulator.batches import BatchSimulation
+from tollgate_dev.simulator.server import SimulatedProvider, SimulatorConfig
 
 pytestmark = pytest.mark.integration
 
@@ -79,6 +98,8 @@ class World:
     job_ids: list[UUID]
     acknowledged: dict[UUID, frozenset[str]] = field(default_factory=dict)
     forgotten: set[str] = field(default_factory=set)
+    # The limiter table holding the Batch API's budget, read by the check when a batch world set it.
+    pool_table: str | None = None
 
     def submit(self, key: str) -> UUID:
         job_id = UUID(self.client.submit(invoice_request(TEXT), key).json["job_id"])
@@ -106,12 +127,14 @@ class World:
 
     def check(self, **changes: object) -> LedgerReport:
         expectations = {"acknowledged": self.acknowledged, **changes}
+        pool = read_batch_pool(boto3.client("dynamodb"), self.pool_table) if self.pool_table else None
         return check_ledger(
             self.system_db,  # type: ignore[arg-type]
             [self.tenant_id],
             queues=read_queues(boto3.client("sqs"), self.queues.url, self.queues.dlq_url),
             erp_effects=[e for e in self.erp.effects if e.webhook_id not in self.forgotten],
             expectations=Expectations(**expectations),  # type: ignore[arg-type]
+            batch_pool=pool,
         )
 
     def post_to_erp(self, webhook_id: str, body: bytes) -> int:
@@ -179,7 +202,7 @@ def test_a_clean_run_keeps_every_promise(world):
 
     assert report.ok, {k: v.violations for k, v in report.invariants.items()}
     assert set(report.invariants) == set(TITLES)
-    assert all(invariant.checked > 0 for invariant in report.invariants.values())
+    assert all(report.invariants[key].checked > 0 for key in set(TITLES) - BATCH_INVARIANTS)
     assert report.totals["jobs SUCCEEDED"] == 2
     assert report.totals["deliveries delivered"] == 2 and report.totals["ERP effects"] == 2
 
@@ -434,3 +457,214 @@ def test_a_review_decision_that_announced_nothing_is_caught(world):
 
     assert NO_LOST_EVENTS in report.broken
     assert any("reviewed, but its events say" in v for v in report.invariants[NO_LOST_EVENTS].violations)
+
+
+# -- the batch path ------------------------------------------------------------------------------------
+
+
+@dataclass
+class BatchWorld:
+    """The world's two invoices, and three more on the batch tier taken through the simulated provider's Batch
+    API: claimed into one provider batch, followed to its end on a clock of its own, settled, their webhooks
+    delivered; the Batch API's budget in DynamoDB on moto."""
+
+    world: World
+    deps: BatchDeps
+    clock: FakeClock
+    job_ids: list[UUID] = field(default_factory=list)
+
+    def submit(self, count: int, seed: int) -> list[UUID]:
+        job_ids = []
+        for index, invoice in enumerate(generate_invoices(count, seed=seed, kinds=["clean"] * count)):
+            body = request_body(invoice, service_tier="batch", deadline_seconds=BATCH_DEADLINE_SECONDS)
+            answer = self.world.client.submit(body, f"batch-{seed}-{index}")
+            job_ids.append(UUID(answer.json["job_id"]))
+        self.world.acknowledged.update(dict.fromkeys(job_ids, SUCCEEDED))
+        return job_ids
+
+    def batch(self, job_id: UUID) -> tuple[UUID, str]:
+        """The batch that carried ``job_id``, and its model."""
+        [(batch_id, model)] = rows(
+            self.world.owner_url,
+            "SELECT b.batch_id, b.model FROM provider_batches b JOIN provider_batch_jobs m USING (batch_id)"
+            " WHERE m.job_id = %s",
+            job_id,
+        )
+        return batch_id, model
+
+    def hold(self, holder: str, model: str, tokens: int) -> None:
+        """Holds ``tokens`` of the model's Batch API budget for ``holder``, as a batcher does before upload."""
+        held = self.deps.pool.try_enqueue(
+            Enqueue(
+                pool=self.deps.execution.provider_pool,
+                model=model,
+                holder=holder,
+                tokens=tokens,
+                expires_at=self.clock.now() + timedelta(hours=1),
+            )
+        )
+        assert isinstance(held, Enqueued)
+
+
+@pytest.fixture
+def batch_world(world: World) -> Iterator[BatchWorld]:
+    world.sql(
+        "UPDATE tenants SET allowed_currencies = %s WHERE tenant_id = %s",
+        sorted({s.currency for s in SUPPLIERS}),
+        world.tenant_id,
+    )
+    for supplier in SUPPLIERS:
+        add_supplier(world.system_db, world.tenant_id, supplier.name, supplier.iban, new_id)  # type: ignore[arg-type]
+    world.pool_table = f"ledger-budget-{secrets.token_hex(4)}"
+    dynamodb = boto3.client("dynamodb")
+    create_limiter_table(dynamodb, world.pool_table)
+    clock = FakeClock(SystemClock().now())
+    config = SimulatorConfig(
+        requests_per_minute=None,
+        tokens_per_minute=None,
+        batches=BatchSimulation(completion_seconds=COMPLETION_SECONDS),
+    )
+    with SimulatedProvider(config, clock=clock) as simulator:
+        deps = batch_deps(world.system_db, simulator, clock)
+        pool = DynamoDbBatchPool(dynamodb, world.pool_table, clock, Limits(10_000_000))
+        batches = BatchWorld(world, dataclasses.replace(deps, pool=pool), clock)
+        batches.job_ids = batches.submit(3, seed=11)
+        world.run_pipeline()  # relayed and taken in
+        claimed, _ = prepare_and_submit(batches.deps)
+        assert [len(b.jobs) for b in claimed.batches] == [3]
+        poll_until_settled(batches.deps, clock)
+        relay_outbox(world.relay)  # their outcome events, delivered to the ERP
+        yield batches
+    dynamodb.delete_table(TableName=world.pool_table)
+
+
+def test_a_clean_run_through_the_batch_path_keeps_every_promise(batch_world):
+    report = batch_world.world.check()
+
+    assert report.ok, {k: v.violations for k, v in report.invariants.items()}
+    assert all(invariant.checked > 0 for invariant in report.invariants.values())
+    assert report.totals["jobs SUCCEEDED"] == 5
+    assert (report.totals["batch-tier jobs"], report.totals["provider batches"]) == (3, 1)
+    assert report.totals["batch lines"] == 3
+
+
+def _batch_never_settled(batches: BatchWorld) -> str:
+    batches.world.sql("UPDATE provider_batches SET settled_at = NULL")
+    return "ended completed but was never settled"
+
+
+def _line_without_outcome(batches: BatchWorld) -> str:
+    batches.world.sql(
+        "UPDATE provider_batch_jobs SET settled_at = NULL, outcome = NULL WHERE job_id = %s",
+        batches.job_ids[0],
+    )
+    return "has no outcome"
+
+
+@pytest.mark.parametrize("unsettle", [_batch_never_settled, _line_without_outcome])
+def test_a_provider_batch_or_line_left_unsettled_is_caught(batch_world, unsettle):
+    expected = unsettle(batch_world)
+
+    report = batch_world.world.check()
+
+    assert report.broken == {BATCHES_SETTLED}, {k: v.violations for k, v in report.invariants.items()}
+    assert any(expected in v for v in report.invariants[BATCHES_SETTLED].violations)
+
+
+def test_a_batch_nobody_followed_to_its_end_is_caught_with_its_jobs_left_running(batch_world):
+    # Given one more batch-tier job, claimed into a batch the provider completes, but no poller ever looks.
+    [job_id] = batch_world.submit(1, seed=12)
+    batch_world.world.run_pipeline()
+    prepare_and_submit(batch_world.deps)
+    batch_world.clock.advance(COMPLETION_SECONDS)
+    batch_id, _ = batch_world.batch(job_id)
+
+    report = batch_world.world.check()
+
+    # Then the batch, its line and the job are each caught; the job is also not terminal. The batch still
+    # holds its tokens, which is its own business while it is open, not the budget's invariant.
+    assert report.broken == {BATCHES_SETTLED, JOBS_EXPLAINED}
+    violations = report.invariants[BATCHES_SETTLED].violations
+    assert any(f"batch {batch_id} is still submitted" in v for v in violations)
+    assert any(f"job {job_id}'s line in batch {batch_id}" in v for v in violations)
+    assert any(
+        f"job {job_id} (RUNNING): a batch-tier job left RUNNING in batch {batch_id}" in v for v in violations
+    )
+    [state] = read_batch_pool(boto3.client("dynamodb"), batch_world.world.pool_table).values()
+    assert str(batch_id) in state.holders
+
+
+def _answer_recorded_as_stale(batches: BatchWorld) -> str:
+    # A second poller settling the same line would record its own (stale) answer over the accepted one.
+    batches.world.sql(
+        "UPDATE job_attempts SET outcome = 'discarded_stale' WHERE job_id = %s", batches.job_ids[0]
+    )
+    return "whose record says 'discarded_stale'"
+
+
+def _line_of_an_earlier_claim(batches: BatchWorld) -> str:
+    batches.world.sql(
+        "UPDATE provider_batch_jobs SET fence = fence - 1 WHERE job_id = %s", batches.job_ids[0]
+    )
+    return "but its batch line was written for attempt 1 under fence"
+
+
+def _fence_moved_after_the_result(batches: BatchWorld) -> str:
+    batches.world.sql("UPDATE extraction_jobs SET fence = fence + 1 WHERE job_id = %s", batches.job_ids[0])
+    return "but the job's last claim holds fence"
+
+
+def _claimed_again_after_the_result(batches: BatchWorld) -> str:
+    job_id = batches.job_ids[0]
+    batches.world.sql("UPDATE extraction_jobs SET attempt = 2, fence = fence + 1 WHERE job_id = %s", job_id)
+    batches.world.sql(
+        "INSERT INTO job_attempts (job_id, attempt, tenant_id, fence, worker_id, started_at, finished_at,"
+        " outcome) SELECT job_id, 2, tenant_id, fence, 'late-worker', now(), now(), 'discarded_stale'"
+        " FROM extraction_jobs WHERE job_id = %s",
+        job_id,
+    )
+    return "but the last claim was attempt 2"
+
+
+@pytest.mark.parametrize(
+    "misplace",
+    [
+        _answer_recorded_as_stale,
+        _line_of_an_earlier_claim,
+        _fence_moved_after_the_result,
+        _claimed_again_after_the_result,
+    ],
+)
+def test_a_result_that_is_not_its_last_claims_accepted_answer_is_caught(batch_world, misplace):
+    expected = misplace(batch_world)
+
+    report = batch_world.world.check()
+
+    assert report.broken == {NO_DUPLICATE_RESULTS}, {k: v.violations for k, v in report.invariants.items()}
+    assert any(
+        str(batch_world.job_ids[0]) in v and expected in v
+        for v in report.invariants[NO_DUPLICATE_RESULTS].violations
+    )
+
+
+def _kept_by_a_settled_batch(batches: BatchWorld) -> str:
+    batch_id, model = batches.batch(batches.job_ids[0])
+    batches.hold(str(batch_id), model, 500)
+    return f"holds 500 tokens for batch {batch_id}, which is settled"
+
+
+def _held_for_no_batch(batches: BatchWorld) -> str:
+    _, model = batches.batch(batches.job_ids[0])
+    holder = str(new_id())
+    batches.hold(holder, model, 700)
+    return f"holds 700 tokens for batch {holder}, which is unknown to the database"
+
+
+@pytest.mark.parametrize("leak", [_kept_by_a_settled_batch, _held_for_no_batch])
+def test_batch_budget_held_after_its_batch_was_settled_is_caught(batch_world, leak):
+    expected = leak(batch_world)
+
+    report = batch_world.world.check()
+
+    assert report.broken == {BATCH_POOL_RELEASED}, {k: v.violations for k, v in report.invariants.items()}
+    assert any(expected in v for v in report.invariants[BATCH_POOL_RELEASED].violations)

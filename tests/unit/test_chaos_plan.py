@@ -4,7 +4,9 @@ jobs that the run is sure to reach, crashes first."""
 import pytest
 
 from tollgate_dev.chaos.plan import (
+    BATCH_LINE_FAULTS,
     CRASHPOINTS,
+    EARLY_FAULTS,
     MILESTONES,
     OUTAGES,
     FaultKind,
@@ -45,8 +47,19 @@ def test_crashes_come_before_the_outages_that_could_keep_them_from_their_crash_p
     plan = plan_faults(seed=5, traffic_seconds=20, jobs=40)
 
     last_crash = max(fault.order for fault in plan if fault.kind in CRASHPOINTS)
-    first_other = min(fault.order for fault in plan if fault.kind not in CRASHPOINTS)
+    first_other = min(fault.order for fault in plan if fault.kind not in EARLY_FAULTS)
     assert last_crash < first_other
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_failed_batch_lines_are_queued_early_while_batch_tier_submissions_are_still_to_come(seed):
+    """Only batches created after the line faults are queued carry them, and a quarter of the traffic makes
+    them: armed by acceptances among the crashes, most of the batches are still ahead."""
+    [fault] = [f for f in plan_faults(seed, traffic_seconds=60, jobs=40) if f.kind in BATCH_LINE_FAULTS]
+
+    assert fault.trigger.milestone is Milestone.ACCEPTED
+    assert fault.trigger.count <= 0.4 * 40
+    assert fault.amount >= 2
 
 
 def test_outages_last_seconds_and_leave_time_to_settle():

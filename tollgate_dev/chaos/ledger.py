@@ -1,5 +1,5 @@
-"""The ledger check: after a run, reconciles the database, the jobs queue and its dead letters, and the
-tenants' ERP logs, and says which of the system's promises held.
+"""The ledger check: after a run, reconciles the database, the jobs queue and its dead letters, the
+tenants' ERP logs and the Batch API's budget, and says which of the system's promises held.
 
 Each promise is checked against evidence kept in another place, so a bug in one place cannot vouch for
 itself: a job's attempt counter against its attempt records, its terminal state against its outbox event,
@@ -31,11 +31,16 @@ from tollgate.events import (
     UnknownEventType,
 )
 from tollgate.execution.attempt import EVENT_FOR_STATE
+from tollgate.execution.batch.batcher import BATCH_TIER
+from tollgate.execution.batch.states import ENDED_STATES
+from tollgate.execution.limiter.batch_pool import PoolState
+from tollgate.execution.limiter.dynamodb import KEY
 from tollgate.outbox.relay import OutboxEvent
 from tollgate_dev.chaos.erp import ErpEffect
 from tollgate_dev.queries import dev_queries
 
 if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sqs import SQSClient
 
 JOBS_EXPLAINED = "jobs_explained"
@@ -44,15 +49,23 @@ NO_LOST_EVENTS = "no_lost_events"
 ATTEMPTS_CONSISTENT = "attempts_consistent"
 NO_DUPLICATE_ERP_EFFECTS = "no_duplicate_erp_effects"
 QUEUES_RECONCILED = "queues_reconciled"
+BATCHES_SETTLED = "batches_settled"
+BATCH_POOL_RELEASED = "batch_pool_released"
 
 TITLES = {
     JOBS_EXPLAINED: "every admitted job is terminal, and its end is explained",
-    NO_DUPLICATE_RESULTS: "no job has more than one result",
+    NO_DUPLICATE_RESULTS: "no job has two accepted answers; a result is its last claim's, under its fence",
     NO_LOST_EVENTS: "no outbox event lost: published, received, delivered to the ERP",
     ATTEMPTS_CONSISTENT: "attempt counters agree with the attempt records",
     NO_DUPLICATE_ERP_EFFECTS: "no ERP effect duplicated",
     QUEUES_RECONCILED: "jobs queue drained, every dead letter explained",
+    BATCHES_SETTLED: "every provider batch ended and settled, each line too; no batch-tier job left RUNNING",
+    BATCH_POOL_RELEASED: "the Batch API's budget holds nothing for a settled batch",
 }
+# The invariants of the batch path: a run with no batch-tier jobs, or a pool it could not read, checks none.
+BATCH_INVARIANTS = frozenset({BATCHES_SETTLED, BATCH_POOL_RELEASED})
+# The prefix of the Batch API pool's items in the limiter's table (DynamoDbBatchPool.key).
+BATCH_POOL_PREFIX = "batch#"
 # The states a job can end in by extraction (and a reviewer's decision on it); which of them its invoice
 # explains is the caller's knowledge.
 EXTRACTED_STATES = frozenset(
@@ -148,6 +161,14 @@ class _Job:
 
 
 @dataclass(frozen=True)
+class _Batches:
+    """The run's provider batches and their members, by batch id and by (batch id, job id)."""
+
+    batches: dict[UUID, dict[str, Any]]
+    members: dict[tuple[UUID, UUID], dict[str, Any]]
+
+
+@dataclass(frozen=True)
 class _Facts:
     jobs: dict[UUID, _Job]
     events: list[dict[str, Any]]
@@ -200,6 +221,24 @@ def read_type_queues(
     )
 
 
+def read_batch_pool(dynamodb: DynamoDBClient, table: str) -> dict[str, PoolState]:
+    """Every item of the Batch API's pool in the limiter's table (one per provider pool and model), as the
+    pool reads them. The table must be the run's own: a holder the run's database does not know is a leak."""
+    items: dict[str, PoolState] = {}
+    paginator = dynamodb.get_paginator("scan")
+    pages = paginator.paginate(
+        TableName=table,
+        ConsistentRead=True,
+        FilterExpression="begins_with(#key, :prefix)",
+        ExpressionAttributeNames={"#key": KEY},
+        ExpressionAttributeValues={":prefix": {"S": BATCH_POOL_PREFIX}},
+    )
+    for page in pages:
+        for item in page.get("Items", []):
+            items[item[KEY]["S"]] = PoolState.from_item(item)
+    return items
+
+
 def _dead_letter(message_id: str, body: str) -> DeadLetterFact:
     try:
         event = OutboxEvent.model_validate_json(body)
@@ -219,7 +258,10 @@ def check_ledger(
     queues: QueueFacts,
     erp_effects: Sequence[ErpEffect],
     expectations: Expectations | None = None,
+    batch_pool: Mapping[str, PoolState] | None = None,
 ) -> LedgerReport:
+    """``batch_pool``: the Batch API's budget as ``read_batch_pool`` read it after the run; None when the run
+    cannot read it (then that invariant checks nothing)."""
     expectations = expectations or Expectations()
     params = {"tenant_ids": list(tenant_ids)}
     q = dev_queries()
@@ -230,7 +272,13 @@ def check_ledger(
         inbox = {row["event_id"] for row in conn.execute(q.ledger_inbox, params)}
         endpoints = conn.execute(q.ledger_endpoints, params).fetchall()
         deliveries = conn.execute(q.ledger_deliveries, params).fetchall()
+        batch_rows = conn.execute(q.ledger_batches, params).fetchall()
+        member_rows = conn.execute(q.ledger_batch_members, params).fetchall()
 
+    batches = _Batches(
+        {row["batch_id"]: row for row in batch_rows},
+        {(row["batch_id"], row["job_id"]): row for row in member_rows},
+    )
     jobs = {row["job_id"]: _Job(row) for row in job_rows}
     for attempt in attempt_rows:
         if attempt["job_id"] in jobs:
@@ -249,12 +297,15 @@ def check_ledger(
 
     invariants = {key: Invariant(key, title) for key, title in TITLES.items()}
     _check_jobs(invariants[JOBS_EXPLAINED], jobs, expectations)
-    _check_results(invariants[NO_DUPLICATE_RESULTS], jobs.values())
+    _check_results(invariants[NO_DUPLICATE_RESULTS], jobs.values(), batches)
     facts = _Facts(jobs, events, inbox, endpoints, deliveries, erp_effects, queues)
     _check_events(invariants[NO_LOST_EVENTS], facts)
     _check_attempts(invariants[ATTEMPTS_CONSISTENT], jobs.values())
     _check_erp(invariants[NO_DUPLICATE_ERP_EFFECTS], jobs, deliveries, erp_effects)
     _check_queues(invariants[QUEUES_RECONCILED], jobs, queues)
+    _check_batches(invariants[BATCHES_SETTLED], jobs.values(), batches)
+    if batch_pool is not None:
+        _check_batch_pool(invariants[BATCH_POOL_RELEASED], batch_pool, batches)
 
     states = Counter(job.state for job in jobs.values())
     totals = {
@@ -267,6 +318,9 @@ def check_ledger(
         "deliveries delivered": sum(1 for d in deliveries if d["state"] == DeliveryState.DELIVERED),
         "ERP effects": len(erp_effects),
         "dead letters": queues.dlq_depth,
+        "batch-tier jobs": sum(1 for job in jobs.values() if job.row["service_tier"] == BATCH_TIER),
+        "provider batches": len(batches.batches),
+        "batch lines": len(batches.members),
     }
     return LedgerReport(invariants, totals)
 
@@ -314,7 +368,7 @@ def _unexplained(job: _Job, expectations: Expectations) -> str | None:
     return None
 
 
-def _check_results(invariant: Invariant, jobs: Iterable[_Job]) -> None:
+def _check_results(invariant: Invariant, jobs: Iterable[_Job], batches: _Batches) -> None:
     for job in jobs:
         invariant.checked += 1
         committed = job.committed_attempts
@@ -325,8 +379,43 @@ def _check_results(invariant: Invariant, jobs: Iterable[_Job]) -> None:
             invariant.fail(
                 f"{job.label}: the result is attempt {result_attempt}'s, attempt {committed[-1]} committed"
             )
+        if result_attempt is not None:
+            problem = _not_from_last_claim(job, result_attempt, batches)
+            if problem:
+                invariant.fail(f"{job.label}: {problem}")
         if len(job.terminal_events) > 1 + _reviewed(job):
             invariant.fail(f"{job.label}: finished {len(job.terminal_events)} times (terminal events)")
+
+
+def _not_from_last_claim(job: _Job, result_attempt: int, batches: _Batches) -> str | None:
+    """Why the job's result is not the accepted answer of its last claim, under that claim's fence (for a
+    batch line: the line's own attempt and fence, its custom id); None when it is. A finished job keeps the
+    fence of its last claim: only moving a RUNNING job on (reaper, release, return, cancel) raises it."""
+    records = {attempt["attempt"]: attempt for attempt in job.attempts}
+    record = records.get(result_attempt)
+    if record is None:
+        return f"the result is attempt {result_attempt}'s, which has no attempt record"
+    last = max(records)
+    if result_attempt != last:
+        return f"the result is attempt {result_attempt}'s, but the last claim was attempt {last}"
+    # An attempt never closed is the attempt counters' invariant; one closed otherwise gave no answer.
+    if record["outcome"] is not None and record["outcome"] != "ok":
+        return f"the result is attempt {result_attempt}'s, whose record says {record['outcome']!r}"
+    if record["fence"] != job.row["fence"]:
+        return (
+            f"the result is attempt {result_attempt}'s under fence {record['fence']}, but the job's last "
+            f"claim holds fence {job.row['fence']}"
+        )
+    if record["batch_id"] is not None:
+        member = batches.members.get((record["batch_id"], job.job_id))
+        if member is None:
+            return f"the result came from batch {record['batch_id']}, which never carried the job"
+        if (member["attempt"], member["fence"]) != (record["attempt"], record["fence"]):
+            return (
+                f"the result is attempt {result_attempt}'s under fence {record['fence']}, but its batch line "
+                f"was written for attempt {member['attempt']} under fence {member['fence']}"
+            )
+    return None
 
 
 def _check_events(invariant: Invariant, facts: _Facts) -> None:
@@ -475,3 +564,46 @@ def _check_queues(invariant: Invariant, jobs: Mapping[UUID, _Job], queues: Queue
         if job is None or job.state not in FINISHED_STATES:
             state = job.state if job else "no such job"
             invariant.fail(f"dead letter {letter.message_id} (job {letter.job_id}: {state})")
+
+
+def _check_batches(invariant: Invariant, jobs: Iterable[_Job], batches: _Batches) -> None:
+    """Every batch the provider ended, and settled after it; every member with its outcome; and no batch-tier
+    job still RUNNING (in a batch or not), so nothing waits on a batch that nobody follows."""
+    ended = {state.value for state in ENDED_STATES}
+    for batch_id, batch in batches.batches.items():
+        invariant.checked += 1
+        if batch["state"] not in ended:
+            invariant.fail(f"batch {batch_id} is still {batch['state']} (holder {batch['holder']})")
+        elif batch["settled_at"] is None:
+            invariant.fail(f"batch {batch_id} ended {batch['state']} but was never settled")
+    for (batch_id, job_id), member in batches.members.items():
+        invariant.checked += 1
+        if member["settled_at"] is None:
+            invariant.fail(
+                f"job {job_id}'s line in batch {batch_id} (attempt {member['attempt']}, fence "
+                f"{member['fence']}) has no outcome"
+            )
+    for job in jobs:
+        if job.row["service_tier"] != BATCH_TIER:
+            continue
+        invariant.checked += 1
+        if job.state == JobState.RUNNING:
+            where = f" in batch {job.row['batch_id']}" if job.row["batch_id"] else ""
+            invariant.fail(f"{job.label}: a batch-tier job left RUNNING{where}")
+
+
+def _check_batch_pool(invariant: Invariant, pool: Mapping[str, PoolState], batches: _Batches) -> None:
+    """Once a batch is settled its enqueued tokens are back in the Batch API's budget; a holding of an open
+    batch is that batch's own (its invariant speaks for it), one of no batch at all is a leak."""
+    open_batches = {str(b) for b, batch in batches.batches.items() if batch["settled_at"] is None}
+    invariant.checked += 1
+    for key, state in sorted(pool.items()):
+        invariant.checked += 1
+        for holder, held in sorted(state.holders.items()):
+            if holder in open_batches:
+                continue
+            why = "settled" if _uuid(holder) in batches.batches else "unknown to the database"
+            invariant.fail(f"{key} holds {held.tokens} tokens for batch {holder}, which is {why}")
+        held_total = sum(held.tokens for held in state.holders.values())
+        if state.enqueued != held_total:
+            invariant.fail(f"{key} counts {state.enqueued} tokens enqueued, its holders {held_total}")

@@ -1,11 +1,13 @@
 """``tollgate local chaos``: a bounded fault-injection run on the local system, then the ledger check.
 
-Tenants submit sample invoices at a steady pace while a plan drawn from the seed injects every kind of fault
-(workers and the relay killed at their worst moments, the AWS endpoint and PostgreSQL taken away, provider
-429 storms, timeouts and broken output, the ERP down), each armed by an event the run observes (the Nth job
+Tenants submit sample invoices at a steady pace, every fourth on the batch tier through the provider's Batch
+API, while a plan drawn from the seed injects every kind of fault (workers and the relay killed at their worst
+moments, the batch path's included, the AWS endpoint and PostgreSQL taken away, provider 429 storms, timeouts
+and broken output, failed batch lines, the ERP down), each armed by an event the run observes (the Nth job
 accepted, reaching RUNNING or finished) and counted only once it showed (a process died at its crash point,
 the provider served the fault). Then the faults are healed, the system gets until the time limit to settle,
-and the ledger check reconciles the database, the queues, the dead letters and the ERP's log. The run fails
+and the ledger check reconciles the database, the queues, the dead letters, the ERP's log and the Batch API's
+budget. The run fails
 if any invariant broke, any planned fault did not happen, or anything else surprised.
 """
 
@@ -42,9 +44,17 @@ from tollgate.tenants.suppliers import add_supplier
 from tollgate_dev.chaos.erp import ErpEndpoint, ErpLog
 from tollgate_dev.chaos.fleet import Fleet
 from tollgate_dev.chaos.gate import Gate
-from tollgate_dev.chaos.ledger import Expectations, LedgerReport, check_ledger, read_type_queues
+from tollgate_dev.chaos.ledger import (
+    Expectations,
+    LedgerReport,
+    check_ledger,
+    read_batch_pool,
+    read_type_queues,
+)
 from tollgate_dev.chaos.plan import (
+    BATCH_LINE_FAULTS,
     CRASHPOINTS,
+    EARLY_FAULTS,
     PROVIDER_FAULTS,
     FaultKind,
     Milestone,
@@ -65,6 +75,7 @@ from tollgate_dev.local.runtime import LIMITER_TABLE, LOCAL_BUCKET, LocalStack
 from tollgate_dev.queries import dev_queries
 from tollgate_dev.reporting import delivery_states, job_states
 from tollgate_dev.samples import CONSISTENT_KINDS, SUPPLIERS, SampleInvoice, generate_invoices, request_body
+from tollgate_dev.simulator.batches import BatchSimulation
 from tollgate_dev.simulator.server import Fault, Latency, SimulatorConfig
 
 DEFAULT_DATA_DIR = Path(".tollgate/chaos")
@@ -88,7 +99,21 @@ WORKER_SETTINGS = {
     "PROVIDER_REQUESTS_PER_MINUTE": "6000",
     "PROVIDER_TOKENS_PER_MINUTE": "20000000",
     "PROVIDER_MAX_IN_FLIGHT": "32",
+    # The batch path on every worker (each serves every tier), its minutes made seconds: a batch goes out
+    # every couple of seconds, is looked at every second, and a worker killed while preparing or settling one
+    # leaves it to another (or to itself, restarted) within seconds. The 24 h window and the settle and
+    # fallback hours stay: they decide which jobs a batch takes, not how long the run waits.
+    "BATCH_API": "true",
+    "BATCH_INTERVAL_SECONDS": "2",
+    "BATCH_POLL_SECONDS": "1",
+    "BATCH_HOLD_SECONDS": "5",
 }
+# Every BATCH_EVERY-th invoice is submitted on the batch tier with a deadline that leaves the Batch API's
+# window, the settle and an immediate attempt after them (BatchConfig.offers: more than 26 h).
+BATCH_EVERY = 4
+BATCH_DEADLINE_SECONDS = 3 * 24 * 3600
+# The simulated provider ends a batch this long after it was created, its lines answered evenly over it.
+BATCH_COMPLETION_SECONDS = 3.0
 RELAY_SETTINGS = {"RELAY_CLAIM_SECONDS": "5", "RELAY_BATCH_SIZE": "50", "RELAY_SWEEP_SECONDS": "0.2"}
 # A crashed worker's undelivered messages come back this soon (the deployed queue waits 60 s).
 QUEUE_VISIBILITY_SECONDS = 5
@@ -232,6 +257,7 @@ class ChaosRun:
                 storm_retry_after_seconds=1.0,
                 timeout_hold_seconds=5.0,
                 seed=config.seed,
+                batches=BatchSimulation(completion_seconds=BATCH_COMPLETION_SECONDS),
             ),
         ).start()
         _logs_into(self.log_stream)  # the parts just built brought loggers of their own
@@ -356,7 +382,10 @@ class ChaosRun:
 
     def _submit(self, index: int, tenant: Tenant, invoice: SampleInvoice, cancel: bool) -> None:
         key = f"chaos-{self.config.seed}-{index}"
-        body = request_body(invoice, metadata={"number": invoice.invoice_number})
+        tier: dict[str, object] = {}
+        if index % BATCH_EVERY == BATCH_EVERY - 1:
+            tier = {"service_tier": "batch", "deadline_seconds": BATCH_DEADLINE_SECONDS}
+        body = request_body(invoice, metadata={"number": invoice.invoice_number}, **tier)
         answer = self._until_answered(
             key, lambda: tenant.client.submit(body, key), final=lambda status: status in {200, 202}
         )
@@ -402,18 +431,26 @@ class ChaosRun:
         until a process met its crash point; the other faults follow them, each on its own event, and may
         overlap. No outage starts while a crash is pending, so none keeps a process from its crash point."""
         crashes = [r for r in self.records if r.planned.kind in CRASHPOINTS]
+        # The early faults that are no crash (failed batch lines) keep no process from its crash point: they
+        # are armed beside the crashes, while the batch-tier traffic they need is still to come.
+        beside = [
+            self._injector(r) for r in self.records if r.planned.kind in EARLY_FAULTS - CRASHPOINTS.keys()
+        ]
+        for thread in beside:
+            thread.start()
         for record in crashes:
             if self._armed(record):
                 self._inject(record)
-        others = [
-            threading.Thread(target=self._inject_when_armed, args=(r,), name=f"chaos-{r.planned.kind.name}")
-            for r in self.records
-            if r.planned.kind not in CRASHPOINTS
-        ]
+        others = [self._injector(r) for r in self.records if r.planned.kind not in EARLY_FAULTS]
         for thread in others:
             thread.start()
-        for thread in others:
+        for thread in beside + others:
             thread.join()
+
+    def _injector(self, record: FaultRecord) -> threading.Thread:
+        return threading.Thread(
+            target=self._inject_when_armed, args=(record,), name=f"chaos-{record.planned.kind.name}"
+        )
 
     def _inject_when_armed(self, record: FaultRecord) -> None:
         if self._armed(record):
@@ -472,6 +509,8 @@ class ChaosRun:
                 self._crash(record, CRASHPOINTS[kind])
             elif kind in PROVIDER_FAULTS:
                 self._provider_fault(record, PROVIDER_FAULTS[kind], int(amount))
+            elif kind in BATCH_LINE_FAULTS:
+                self._line_fault(record, BATCH_LINE_FAULTS[kind], int(amount))
             elif kind is FaultKind.AWS_DOWN:
                 record.detail = self._aws_outage(amount)
                 record.injected = 1
@@ -537,6 +576,29 @@ class ChaosRun:
         if not waited.met:
             record.detail = f"not injected: {waited.shortfall}"
 
+    def _line_fault(self, record: FaultRecord, fault: Fault, count: int) -> None:
+        """Queues ``fault`` for the next ``count`` lines of batches created from now on, and waits until a
+        batch ended with one of them failed (the provider's count of failed lines went up)."""
+        simulator = self.stack.simulator if self.stack is not None else None
+        assert simulator is not None
+        before = simulator.stats.batch_lines_failed
+        simulator.queue_line_fault(fault, count)
+        waited = self.waiter.until(
+            lambda: simulator.stats.batch_lines_failed > before,
+            self.faults_deadline,
+            f"a provider batch to end with a line failed by a queued {fault.value}",
+            seen=lambda: f"{sum(simulator.stats.batches.values())} batches created so far",
+        )
+        if not waited.met:
+            record.detail = f"not injected: {waited.shortfall}"
+            return
+        failed = simulator.stats.batch_lines_failed - before
+        record.injected = failed
+        record.detail = (
+            f"queued {count} for the next batch lines; {failed} failed lines seen "
+            f"{waited.seconds:.1f} s later (more may follow)"
+        )
+
     def _aws_outage(self, seconds: float) -> str:
         assert self.gate is not None
         self.gate.close()
@@ -582,6 +644,8 @@ class ChaosRun:
             return False, []
         if read_type_queues(boto3.client("sqs"), _pairs(stack.queues), 0).messages_left:
             return False, []
+        if _open_batches(db, tenant_ids):
+            return False, []
         if not delivery_states(db, tenant_ids).get(DeliveryState.PENDING):
             return True, []
         stuck = self._stuck_deliveries(db, tenant_ids)
@@ -618,6 +682,7 @@ class ChaosRun:
             expectations=Expectations(
                 acknowledged=dict(self.acknowledged), cancel_requested=frozenset(self.cancel_requested)
             ),
+            batch_pool=read_batch_pool(boto3.client("dynamodb"), LIMITER_TABLE),
         )
 
     def _report(self, ledger: LedgerReport, settled: bool, stuck: list[str]) -> ChaosReport:
@@ -659,9 +724,13 @@ class ChaosRun:
                 "; ".join(self.fleet.surprises[:3]) or "only the planned crashes",
             ),
         ]
+        provider = self.stack.simulator.stats
         facts = {
-            "provider completions": self.stack.simulator.stats.completions,
-            "provider requests": self.stack.simulator.stats.requests,
+            "provider completions": provider.completions,
+            "provider requests": provider.requests,
+            "batches created at the provider": sum(provider.batches.values()),
+            "batch lines answered": provider.batch_lines_answered,
+            "batch lines failed": provider.batch_lines_failed,
             "ERP repeats recognised": self.erp_log.redeliveries,
             "cancellations asked": len(self.cancel_requested),
         }
@@ -764,6 +833,13 @@ def print_report(report: ChaosReport, console: Console) -> None:
 
 def _verdict(ok: bool) -> str:
     return "[green]held[/green]" if ok else "[red]BROKEN[/red]"
+
+
+def _open_batches(db: Database, tenant_ids: list[UUID]) -> int:
+    with db.transaction() as conn:
+        row = conn.execute(dev_queries().chaos_open_batches, {"tenant_ids": tenant_ids}).fetchone()
+    assert row is not None
+    return int(row["open"])
 
 
 def _pairs(queues: dict[str, JobsQueues]) -> dict[str, tuple[str, str]]:

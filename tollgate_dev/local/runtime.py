@@ -44,6 +44,7 @@ from tollgate.tenants.authorizer import authorize_request
 from tollgate.wiring import (
     build_api,
     build_authorizer,
+    build_batch,
     build_execution,
     build_ingress,
     build_ops,
@@ -341,12 +342,16 @@ class LocalStack:
                 **self.worker_overrides,
             )
             db = build_database(settings, pool_name=f"worker-{number}")
+            execution = build_execution(settings, db, nudger=relay_wake)
             worker = WorkerThread(
                 f"worker-{number}",
                 build_ingress(settings, db),
-                build_execution(settings, db, nudger=relay_wake),
+                execution,
                 worker_config(settings),
                 self.notify_activity,
+                # With BATCH_API on (the environment or worker_overrides), the worker serving the batch tier
+                # sends it through the Batch API, as worker/main.py does.
+                batch=build_batch(settings, execution),
             )
             worker.start()
             self._closers.append(db.close)

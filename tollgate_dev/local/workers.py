@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 from tollgate.core.observability import log_context
 from tollgate.execution.attempt import ExecutionDeps
+from tollgate.execution.batch.deps import BatchDeps
 from tollgate.execution.worker import WorkerConfig, run_worker
 from tollgate.ingress.consumer import IngressDeps
 
@@ -21,9 +22,12 @@ class WorkerThread:
         execution: ExecutionDeps,
         config: WorkerConfig,
         on_activity: Callable[[], None],
+        *,
+        batch: BatchDeps | None = None,
     ) -> None:
         self.name = name
         self._args = (ingress, execution, config)
+        self._batch = batch
         self._on_activity = on_activity
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -36,7 +40,7 @@ class WorkerThread:
         self._ready.set()
         # Its tasks and the threads they start inherit the key: every line says which worker wrote it.
         with log_context(component=self.name):
-            await run_worker(*self._args, stop=self._stop, on_activity=self._on_activity)
+            await run_worker(*self._args, stop=self._stop, on_activity=self._on_activity, batch=self._batch)
 
     def start(self) -> None:
         self._thread.start()

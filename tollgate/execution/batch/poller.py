@@ -376,17 +376,19 @@ def return_unsettled(deps: BatchDeps, batch_id: UUID, reason: str) -> int:
 
 
 def _finish_settle(deps: BatchDeps, batch_id: UUID, holder: str) -> bool:
-    """The batch is done with once every member has its outcome; its hold on the batch budget goes back."""
+    """The batch is done with once every member has its outcome and its enqueued tokens are back in the Batch
+    API's budget. The budget goes first: a settled batch leaves the pollers' index, so a release that failed
+    after the settle would never be tried again and the tokens would stay held until their expiry, a day
+    later. The provider has ended the batch by now, so nothing of it is enqueued any more."""
+    if not release_budget(deps, batch_id):
+        return False  # the hold runs out and the next poll settles it, releasing again
     execution = deps.execution
     with execution.db.transaction() as conn:
         settled = conn.execute(
             execution.db.q.settle_provider_batch,
             {"batch_id": batch_id, "holder": holder, "now": execution.clock.now()},
         ).fetchone()
-    if settled is None:
-        return False
-    release_budget(deps, batch_id)
-    return True
+    return settled is not None
 
 
 def provider_batch_id(deps: BatchDeps, batch_id: UUID) -> str | None:
@@ -397,16 +399,19 @@ def provider_batch_id(deps: BatchDeps, batch_id: UUID) -> str | None:
     return None if row is None else row["provider_batch_id"]
 
 
-def release_budget(deps: BatchDeps, batch_id: UUID) -> None:
-    """Gives the batch's enqueued tokens back to the Batch API's pool. Idempotent; if the budget's table does
-    not answer, the holding runs out on its own at its expiry."""
+def release_budget(deps: BatchDeps, batch_id: UUID) -> bool:
+    """Gives the batch's enqueued tokens back to the Batch API's pool. Idempotent. False when the budget's
+    table did not answer: the caller releases again later (a settle waits for it), or the holding runs out
+    on its own at its expiry."""
     with_model = _batch_model(deps, batch_id)
     if with_model is None:
-        return
+        return True
     try:
         deps.pool.release(deps.execution.provider_pool, with_model, str(batch_id))
     except LimiterUnavailable:
-        logger.warning("batch budget not returned; it expires on its own", extra={"batch_id": str(batch_id)})
+        logger.warning("batch budget not returned yet", extra={"batch_id": str(batch_id)})
+        return False
+    return True
 
 
 def _batch_model(deps: BatchDeps, batch_id: UUID) -> str | None:
