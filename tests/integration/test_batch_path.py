@@ -726,3 +726,38 @@ def test_a_batch_is_settled_only_once_its_enqueued_tokens_are_back_in_the_budget
     assert report.settled == 1 and report.lines == 0
     assert pool.room(provider_pool, model) == POOL_LIMIT
     assert set(job_states(clean_db).values()) == {"SUCCEEDED"}
+
+
+def test_a_line_two_pollers_commit_keeps_the_first_ones_accepted_answer(
+    known_tenant, system_db, simulator, clock, clean_db
+):
+    from tollgate.execution.attempt import BatchLine, finish_batch_line, load_pages, task_of
+    from tollgate.execution.batch.poller import _member_job
+    from tollgate.execution.llm.batch_api import line_result, parse_output_line
+
+    # Given one line of an ended batch read by two pollers, the second after its hold ran out mid-settle.
+    [job_id] = submit_invoices(known_tenant, 1)
+    deps = batch_deps(system_db, simulator, clock)
+    claimed, _ = prepare_and_submit(deps)
+    clock.advance(COMPLETION_SECONDS + 1)
+    [batch] = claimed.batches
+    [(provider_id,)] = rows(clean_db, "SELECT provider_batch_id FROM provider_batches")
+    [raw] = list(deps.api.lines(deps.api.retrieve(provider_id).output_file_id))
+    with system_db.transaction() as conn:
+        member = conn.execute(
+            system_db.q.batch_member, {"batch_id": batch.batch_id, "job_id": UUID(job_id)}
+        ).fetchone()
+    job = _member_job(member)
+    task = task_of(job, load_pages(deps.execution, job))
+    result = line_result(parse_output_line(raw), task.job_type, batch.model)
+    line = BatchLine(batch.batch_id, deps.config.price_factor)
+
+    # When both commit it, one after the other.
+    first = finish_batch_line(deps.execution, job, task, result, routed=batch.model, line=line)
+    second = finish_batch_line(deps.execution, job, task, result, routed=batch.model, line=line)
+
+    # Then the first's answer stands, recorded once as accepted; the second wrote nothing.
+    assert (first.end, second.end) == (AttemptEnd.SUCCEEDED, AttemptEnd.LOST)
+    assert rows(clean_db, "SELECT outcome FROM job_attempts") == [("ok",)]
+    assert rows(clean_db, "SELECT outcome FROM provider_batch_jobs") == [("SUCCEEDED",)]
+    one_result_each(clean_db, [job_id])

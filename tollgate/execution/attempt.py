@@ -603,21 +603,26 @@ def _attempt_params(
 def _record_discarded(
     deps: ExecutionDeps, job: ClaimedJob, result: LlmResult | None, batch: BatchLine | None = None
 ) -> None:
-    """The attempt's cost is real even when its answer is thrown away: keep the record, not the result."""
+    """The attempt's cost is real even when its answer is thrown away: keep the record, not the result.
+
+    A batch line is settled first: when another poller settled it already (two can meet on a line when a hold
+    runs out mid-settle), its record is that poller's, perhaps the accepted answer, and is left as it is."""
     params = _attempt_params(deps, job, result, "discarded_stale", batch)
     with deps.db.transaction() as conn:
+        if batch is not None and not _settle_member(conn, deps, job, batch, "discarded_stale"):
+            return
         conn.execute(deps.db.q.record_attempt, params)
         crossed = _announce_spend(conn, deps, job, params)
-        if batch is not None:
-            _settle_member(conn, deps, job, batch, "discarded_stale")
     _count_crossed(deps, crossed)
 
 
-def _settle_member(conn: Conn, deps: ExecutionDeps, job: ClaimedJob, batch: BatchLine, outcome: str) -> None:
-    conn.execute(
+def _settle_member(conn: Conn, deps: ExecutionDeps, job: ClaimedJob, batch: BatchLine, outcome: str) -> bool:
+    """Settles the job's batch member with ``outcome``; False when it was settled already."""
+    settled = conn.execute(
         deps.db.q.settle_batch_member,
         {"batch_id": batch.batch_id, "job_id": job.job_id, "now": deps.clock.now(), "outcome": outcome},
-    )
+    ).fetchone()
+    return settled is not None
 
 
 def _announce_spend(conn: Conn, deps: ExecutionDeps, job: ClaimedJob, params: dict[str, Any]) -> list[int]:
