@@ -22,11 +22,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from botocore.exceptions import BotoCoreError, ClientError
-
 from tollgate.core.clock import Clock
 from tollgate.execution.limiter.base import Denied, LimiterUnavailable
-from tollgate.execution.limiter.dynamodb import KEY, POOL_ITEM_TTL_SECONDS, TTL_ATTRIBUTE
+from tollgate.execution.limiter.dynamodb import (
+    KEY,
+    POOL_ITEM_TTL_SECONDS,
+    TTL_ATTRIBUTE,
+    ConditionFailed,
+    call_budget_table,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -248,12 +252,6 @@ class InMemoryBatchPool:
 # -- DynamoDB ------------------------------------------------------------------------------------------
 
 
-class _ConditionFailed(Exception):
-    def __init__(self, item: Mapping[str, Any] | None) -> None:
-        super().__init__("condition failed")
-        self.item = item
-
-
 def _n(value: int) -> dict[str, str]:
     return {"N": str(value)}
 
@@ -467,7 +465,7 @@ class DynamoDbBatchPool:
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
                     **planned.request(),
                 )
-            except _ConditionFailed as failed:
+            except ConditionFailed as failed:
                 if failed.item is None and not make_missing:
                     gone = plan(PoolState())  # the item is gone, and every holding with it
                     return None if isinstance(gone, _Write) else gone
@@ -493,7 +491,7 @@ class DynamoDbBatchPool:
     def _create(self, key: str) -> None:
         """An empty pool item; another worker making it first is just as good."""
         now_s = epoch_ms(self._clock.now()) // 1000
-        with contextlib.suppress(_ConditionFailed):
+        with contextlib.suppress(ConditionFailed):
             self._call(
                 self._client.put_item,
                 TableName=self._table,
@@ -508,13 +506,4 @@ class DynamoDbBatchPool:
 
     @staticmethod
     def _call(operation: Callable[..., Any], **request: Any) -> Any:
-        try:
-            return operation(**request)
-        except ClientError as error:
-            code = error.response.get("Error", {}).get("Code", "")
-            if code == "ConditionalCheckFailedException":
-                item = error.response.get("Item")
-                raise _ConditionFailed(item if isinstance(item, dict) else None) from None
-            raise LimiterUnavailable(f"DynamoDB answered {code}: {error}") from error
-        except BotoCoreError as error:
-            raise LimiterUnavailable(f"DynamoDB unreachable: {error}") from error
+        return call_budget_table(operation, **request)

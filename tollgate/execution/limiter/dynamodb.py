@@ -299,10 +299,28 @@ class _Unwritten(Enum):
     CONTENDED = "contended"
 
 
-class _ConditionFailed(Exception):
+class ConditionFailed(Exception):
+    """A conditional write to the budget's table whose condition did not hold; ``item`` as it was."""
+
     def __init__(self, item: Mapping[str, Any] | None) -> None:
         super().__init__("condition failed")
         self.item = item
+
+
+def call_budget_table(operation: Callable[..., Any], **request: Any) -> Any:
+    """One call of the budget's table (the immediate pool's and the Batch API's): a failed condition is
+    ConditionFailed, with the item as it was; anything else the table answered, or no answer, is
+    LimiterUnavailable (fail closed)."""
+    try:
+        return operation(**request)
+    except ClientError as error:
+        code = error.response.get("Error", {}).get("Code", "")
+        if code == "ConditionalCheckFailedException":
+            item = error.response.get("Item")
+            raise ConditionFailed(item if isinstance(item, dict) else None) from None
+        raise LimiterUnavailable(f"DynamoDB answered {code}: {error}") from error
+    except BotoCoreError as error:
+        raise LimiterUnavailable(f"DynamoDB unreachable: {error}") from error
 
 
 class LocalAllowance:
@@ -794,7 +812,7 @@ class DynamoDbLimiter:
                 return planned
             try:
                 written = self._write(key, planned)
-            except _ConditionFailed as failed:
+            except ConditionFailed as failed:
                 if failed.item is None and not make_missing:
                     return _Unwritten.GONE
                 state, fresh = self._state_after_failure(key, failed), True
@@ -832,7 +850,7 @@ class DynamoDbLimiter:
         with self._lock:
             self._known[key] = state
 
-    def _state_after_failure(self, key: str, failed: _ConditionFailed) -> ShardState:
+    def _state_after_failure(self, key: str, failed: ConditionFailed) -> ShardState:
         if failed.item is None:
             return self._read(key)  # the item does not exist (yet, or any more): made whole by _read
         state = ShardState.from_item(failed.item)
@@ -858,7 +876,7 @@ class DynamoDbLimiter:
         """A new shard item, full: nothing has been spent from it yet."""
         now = self._clock.now().timestamp()
         # Another worker may make it first, which is just as good.
-        with contextlib.suppress(_ConditionFailed):
+        with contextlib.suppress(ConditionFailed):
             self._call(
                 self._client.put_item,
                 TableName=self._table,
@@ -890,13 +908,4 @@ class DynamoDbLimiter:
 
     @staticmethod
     def _call(operation: Callable[..., Any], **request: Any) -> Any:
-        try:
-            return operation(**request)
-        except ClientError as error:
-            code = error.response.get("Error", {}).get("Code", "")
-            if code == "ConditionalCheckFailedException":
-                item = error.response.get("Item")
-                raise _ConditionFailed(item if isinstance(item, dict) else None) from None
-            raise LimiterUnavailable(f"DynamoDB answered {code}: {error}") from error
-        except BotoCoreError as error:
-            raise LimiterUnavailable(f"DynamoDB unreachable: {error}") from error
+        return call_budget_table(operation, **request)
