@@ -18,8 +18,10 @@ from typing import Any, ClassVar, Literal
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_serializer
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, create_model, field_serializer
 from pydantic.json_schema import models_json_schema
+
+from tollgate.core.job_states import JobState
 
 EXTRACTION_REQUESTED = "extraction.requested.v1"
 EXTRACTION_COMPLETED = "extraction.completed.v1"
@@ -28,6 +30,7 @@ EXTRACTION_FAILED = "extraction.failed.v1"
 EXTRACTION_REJECTED = "extraction.rejected.v1"
 TENANT_SPEND_THRESHOLD = "tenant.spend_threshold.v1"
 EXTRACTION_CANCELLED = "extraction.cancelled.v1"
+JOB_STATE_CHANGED = "job.state_changed.v1"
 # Cost is money: a decimal string with exactly this many places (the attempts' numeric(12, 6)), never a float.
 COST_PLACES = Decimal("0.000001")
 
@@ -231,6 +234,26 @@ class ExtractionCancelled(JobOutcome):
     reason: None = Field(default=None, description="Always null.")
 
 
+class JobStateChanged(EventPayload):
+    """A job changed state: the signal live notifications are made of (DESIGN §8). Written by the trigger
+    on extraction_jobs (migration 0021), which builds exactly these fields, never by Python code; the relay
+    sends it to the notifier's queue only, not to webhooks or the results bus. It carries no result: a
+    client that wants one fetches the job."""
+
+    event_type: ClassVar[str] = JOB_STATE_CHANGED
+
+    job_type: str = Field(min_length=1, description="The job's type.")
+    state: JobState = Field(description="The job's state after the change.")
+    sequence: int = Field(
+        ge=1,
+        description="The change's number in the tenant's event sequence: gap-free and in commit order per "
+        "tenant; a subscriber's cursor.",
+    )
+    occurred_at: AwareDatetime = Field(
+        description="When the change was made (RFC 3339).", json_schema_extra={"format": "date-time"}
+    )
+
+
 JOB_PAYLOADS: dict[str, type[EventPayload]] = {
     model.event_type: model
     for model in (
@@ -262,9 +285,14 @@ WEBHOOK_EVENT_TYPES = OUTCOME_EVENT_TYPES
 DEFAULT_SUBSCRIPTION = (EXTRACTION_COMPLETED, EXTRACTION_FAILED, EXTRACTION_REJECTED)
 
 
+# Events that never leave Tollgate as such: no published schema, no webhook, no bus. Live notifications send
+# their own messages (tollgate.notify.messages), built from these.
+INTERNAL_PAYLOADS: dict[str, type[BaseEvent]] = {JOB_STATE_CHANGED: JobStateChanged}
+
+
 def payload_model(event_type: str) -> type[BaseEvent]:
     try:
-        return PAYLOADS[event_type]
+        return PAYLOADS.get(event_type) or INTERNAL_PAYLOADS[event_type]
     except KeyError:
         raise UnknownEventType(f"no event model for {event_type!r}") from None
 

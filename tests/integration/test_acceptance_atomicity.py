@@ -45,4 +45,5 @@ def test_after_the_fault_clears_the_same_key_is_accepted(tenant, clean_db, outbo
     retried = tenant.client.submit(invoice_request(), "k")
 
     assert retried.status == 202 and retried.header("Idempotent-Replayed") is None
-    assert count_rows(clean_db)["outbox_events"] == 1
+    # The requested event, and live notifications' state change (READY) written by the job's trigger.
+    assert count_rows(clean_db)["outbox_events"] == 2

@@ -186,6 +186,11 @@ def supplier_tenant(tenant, system_db):
     return tenant
 
 
+# The job's own events; live notifications' job.state_changed.v1 rows commit in the same transactions (same
+# created_at), and tests/integration/test_job_state_events.py checks them.
+OWN_EVENTS = "WHERE event_type <> 'job.state_changed.v1'"
+
+
 def rows(url, sql, *args):
     with psycopg.connect(url) as conn:
         return conn.execute(sql, args).fetchall()
@@ -227,7 +232,7 @@ def test_a_valid_extraction_succeeds_with_result_attempt_record_and_event(
         clean_db, "SELECT result, review_reasons, policy_version FROM extraction_results"
     )
     assert result["total"] == "999.60" and reasons == [] and policy == "validation.v2"
-    assert rows(clean_db, "SELECT event_type FROM outbox_events ORDER BY created_at")[-1] == (
+    assert rows(clean_db, f"SELECT event_type FROM outbox_events {OWN_EVENTS} ORDER BY created_at")[-1] == (
         "extraction.completed.v1",
     )
     assert (
@@ -248,7 +253,8 @@ def test_a_failed_validation_goes_to_review_with_reasons(supplier_tenant, system
     [(reasons,)] = rows(clean_db, "SELECT review_reasons FROM extraction_results")
     assert reasons[0]["code"] == "total_mismatch"
     events = rows(
-        clean_db, "SELECT event_type, payload->'review_reasons' FROM outbox_events ORDER BY created_at"
+        clean_db,
+        f"SELECT event_type, payload->'review_reasons' FROM outbox_events {OWN_EVENTS} ORDER BY created_at",
     )
     assert events[-1] == ("extraction.review_required.v1", ["total_mismatch"])
 
@@ -363,9 +369,9 @@ def test_a_refusal_ends_the_job_without_retrying(supplier_tenant, system_db, cle
 
     assert asyncio.run(run_attempt(deps, claim(deps))).end is AttemptEnd.FAILED_TERMINAL
     assert job_row(clean_db, job_id)["last_error"]["reason"] == "refused"
-    event_type, payload = rows(clean_db, "SELECT event_type, payload FROM outbox_events ORDER BY created_at")[
-        -1
-    ]
+    event_type, payload = rows(
+        clean_db, f"SELECT event_type, payload FROM outbox_events {OWN_EVENTS} ORDER BY created_at"
+    )[-1]
     assert event_type == "extraction.failed.v1"
     # The scheduler's failed event is held to the same fields (tests/integration/test_scheduler.py).
     assert set(payload) == set(ExtractionFailed.model_fields)

@@ -479,8 +479,8 @@ class JobProtocol(RuleBasedStateMachine):
         scope = {"tenants": self.tenants, "targets": [str(job_id) for job_id in self.jobs]}
         rows = {r["job_id"]: r for r in self.owner.execute(JOBS_SQL, scope).fetchall()}
         assert set(rows) == set(self.jobs)
-        attempts, results, events = (
-            self.by_job(sql, scope) for sql in (ATTEMPTS_SQL, RESULTS_SQL, EVENTS_SQL)
+        attempts, results, events, state_events = (
+            self.by_job(sql, scope) for sql in (ATTEMPTS_SQL, RESULTS_SQL, EVENTS_SQL, STATE_EVENTS_SQL)
         )
         audits = Counter(UUID(r["target"]) for r in self.owner.execute(AUDIT_SQL, scope).fetchall())
         for job_id, job in self.jobs.items():
@@ -520,6 +520,11 @@ class JobProtocol(RuleBasedStateMachine):
             announced = kinds[(EXTRACTION_COMPLETED, None)] + kinds[(EXTRACTION_REVIEW_REQUIRED, None)]
             assert announced <= 1, "a job announces at most one result"
             assert kinds == job.events
+            changes = [(e["state_version"], e["state"]) for e in state_events[job_id]]
+            assert [version for version, _ in changes] == list(range(1, row["state_version"] + 1)), (
+                "every state change, and nothing else, wrote one numbered event, in order"
+            )
+            assert changes[-1][1] == row["state"]
             assert audits[job_id] == job.audits
         self.counters_match_a_recount()
 
@@ -571,7 +576,10 @@ SELECT job_id, attempt, fence, outcome, finished_at FROM job_attempts WHERE tena
 RESULTS_SQL = "SELECT job_id, attempt FROM extraction_results WHERE tenant_id = ANY(%(tenants)s)"
 EVENTS_SQL = """
 SELECT aggregate_id AS job_id, event_type, payload->>'reason' AS reason
-FROM outbox_events WHERE tenant_id = ANY(%(tenants)s)"""
+FROM outbox_events WHERE tenant_id = ANY(%(tenants)s) AND event_type <> 'job.state_changed.v1'"""
+# Live notifications' events (migration 0021), checked apart: one per state change, whoever made it.
+STATE_EVENTS_SQL = """
+SELECT job_id, state, state_version FROM job_state_events WHERE tenant_id = ANY(%(tenants)s) ORDER BY seq"""
 AUDIT_SQL = "SELECT target FROM support_audit WHERE action = 'job_retry' AND target = ANY(%(targets)s)"
 QUEUE_SQL = """
 SELECT pending_jobs, pending_bytes, pending_tokens, running_jobs, ready_jobs, retry_jobs,

@@ -274,6 +274,17 @@ class Seeder:
                 finished_at,
             ),
         )
+        # The job state event trigger (migration 0021) wrote its live-notification rows as of now: the event
+        # goes to the job's own time, and its outbox row away, since this seeder writes the job's outbox rows
+        # itself (test_job_state_events.py covers the trigger's, and their retention).
+        conn.execute(
+            "UPDATE job_state_events SET occurred_at = %s WHERE job_id = %s",
+            (finished_at or accepted, job_id),
+        )
+        conn.execute(
+            "DELETE FROM outbox_events WHERE aggregate_id = %s AND event_type = 'job.state_changed.v1'",
+            (job_id,),
+        )
 
     def _event(
         self,
@@ -805,6 +816,7 @@ BATCH_SCANS = {
     "delete_published_outbox_events": ({"before": START, "limit": 500}, "outbox_events_retention"),
     "delete_old_inbox_rows": ({"before": START, "limit": 500}, "execution_inbox_retention"),
     "delete_old_quarantine_rows": ({"before": START, "limit": 500}, "inbox_quarantine_retention"),
+    "delete_old_state_events": ({"before": START, "limit": 500}, "job_state_events_retention"),
     "delete_job_inbox_rows": ({"job_ids": [uuid4()]}, "execution_inbox_by_job"),
     "delete_job_batch_members": ({"job_ids": [uuid4()]}, "provider_batch_jobs_by_job"),
     "delete_settled_batch_members": ({"before": START, "limit": 500}, "provider_batches_settled"),

@@ -80,7 +80,8 @@ def events(url: str, job_id: str) -> list[tuple[str, dict[str, Any]]]:
         return [
             (row[0], row[1])
             for row in conn.execute(
-                "SELECT event_type, payload FROM outbox_events WHERE aggregate_id = %s ORDER BY created_at",
+                "SELECT event_type, payload FROM outbox_events WHERE aggregate_id = %s"
+                " AND event_type <> 'job.state_changed.v1' ORDER BY created_at",
                 (job_id,),
             )
         ]

@@ -205,7 +205,8 @@ def test_backlog_metrics_report_runnable_work_and_ages(tenant, system_db, clock,
     assert metrics.values["RunnableJobs"] == 2
     assert metrics.values["OldestEligibleJobAge"] == pytest.approx(90, abs=1)
     assert metrics.values["OldestUnpublishedOutboxAge"] == pytest.approx(90, abs=1)
-    assert metrics.values["UnpublishedOutboxEvents"] == 2
+    # Each job's requested event and its state change (READY) for live notifications.
+    assert metrics.values["UnpublishedOutboxEvents"] == 4
 
 
 # --- provider batches ------------------------------------------------------------------------------------

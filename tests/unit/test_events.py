@@ -424,3 +424,29 @@ def test_the_openapi_webhooks_section_is_built_from_the_same_models_as_the_schem
         (committed_data,) = [d for name, d in committed["$defs"].items() if name.endswith("Data")]
         assert data["properties"].keys() == committed_data["properties"].keys()
         assert set(data["required"]) == set(committed_data["required"])
+
+
+def test_a_job_state_change_is_an_internal_event_parsed_by_its_model_and_published_nowhere_as_such():
+    """Live notifications send their own messages: the trigger's payload (migration 0021) parses, but the
+    event has no schema file, no webhook body and no bus detail."""
+    from tollgate.events import BUS_DETAILS, JOB_STATE_CHANGED, JobStateChanged
+
+    stored = {
+        "tenant_id": str(TENANT),
+        "job_id": str(JOB),
+        "job_type": "invoice_extraction",
+        "state": "RUNNING",
+        "state_version": 2,
+        "sequence": 7,
+        "occurred_at": "2026-03-01T12:00:00.250000Z",
+    }
+    event = parse_payload(JOB_STATE_CHANGED, stored)
+
+    assert isinstance(event, JobStateChanged) and (event.sequence, event.state) == (7, "RUNNING")
+    assert event.aggregate_id == JOB
+    assert JOB_STATE_CHANGED not in PAYLOADS and JOB_STATE_CHANGED not in WEBHOOK_EVENT_TYPES
+    assert JOB_STATE_CHANGED not in BUS_DETAILS
+    assert not any(name.startswith(JOB_STATE_CHANGED) for name in schema_documents())
+    for broken in ({"state": "DONE"}, {"sequence": 0}, {"occurred_at": "2026-03-01T12:00:00"}):
+        with pytest.raises(ValidationError):
+            parse_payload(JOB_STATE_CHANGED, {**stored, **broken})

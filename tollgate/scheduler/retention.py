@@ -8,6 +8,8 @@ bounded"), in bounded batches of short transactions, and archives each finished 
 - settled webhook deliveries and their attempts: after the tenant's retention since their last change;
 - published outbox events: ``outbox_days`` after publishing;
 - execution inbox and quarantine rows: ``inbox_days`` after receipt;
+- live notifications' job state events: ``state_event_hours`` after they happened (the replay window and
+  some margin; a cursor older than what is kept gets a resync);
 - provider batches and their lines: ``default_days`` (the deployment's retention of attempts) after the batch
   settled, lines first; a deleted job's lines go with it. A tenant's own retention does not keep them: they
   are the system's record of its batches, and each attempt keeps its batch id and discount.
@@ -63,6 +65,7 @@ class RetentionPolicy:
     default_days: int = 30
     outbox_days: int = 7
     inbox_days: int = 21
+    state_event_hours: int = 48
     batch_size: int = 500
     max_batches: int = 10
 
@@ -296,6 +299,7 @@ def apply_retention(
         ("outbox_events", _delete_published_outbox_events),
         ("execution_inbox", _delete_old_inbox_rows),
         ("inbox_quarantine", _delete_old_quarantine_rows),
+        ("job_state_events", _delete_old_state_events),
         ("webhook_deliveries", _delete_expired_deliveries),
         ("provider_batch_jobs", _delete_settled_batch_members),
         ("provider_batches", _delete_settled_provider_batches),
@@ -344,6 +348,17 @@ def _delete_old_quarantine_rows(run: _Run) -> int:
     with run.db.transaction() as conn:
         deleted = _count(conn, run.db.q.delete_old_quarantine_rows, params)
     run.report.deleted["inbox_quarantine"] += deleted
+    return deleted
+
+
+def _delete_old_state_events(run: _Run) -> int:
+    params = {
+        "before": run.clock.now() - timedelta(hours=run.policy.state_event_hours),
+        "limit": run.policy.batch_size,
+    }
+    with run.db.transaction() as conn:
+        deleted = _count(conn, run.db.q.delete_old_state_events, params)
+    run.report.deleted["job_state_events"] += deleted
     return deleted
 
 

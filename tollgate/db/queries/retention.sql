@@ -211,3 +211,19 @@ WITH gone AS (
     RETURNING 1
 )
 SELECT count(*) AS deleted FROM gone
+
+-- name: delete_old_state_events
+-- Live notifications' replay rows past their window (the cutoff), oldest first, by row address (a TID scan,
+-- as delete_settled_batch_members does) so the planner never scans the table for the composite key. No row
+-- lock first: nothing updates these rows, and of two retention runs deleting the same row one simply finds
+-- it gone.
+WITH gone AS (
+    DELETE FROM job_state_events
+    WHERE ctid = ANY(ARRAY(
+        SELECT ctid FROM job_state_events
+        WHERE occurred_at < %(before)s
+        ORDER BY occurred_at
+        LIMIT %(limit)s))
+    RETURNING 1
+)
+SELECT count(*) AS deleted FROM gone
