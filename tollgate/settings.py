@@ -214,6 +214,47 @@ def check_job_type_map(variable: str, urls: dict[str, str], what: str) -> None:
         raise ValueError("; ".join(problems))
 
 
+class NotificationSettings(SystemDatabaseSettings):
+    """Live notifications (DESIGN §8): the WebSocket API's route Lambda and the notifier Lambda, which share
+    the connections table, the replay window and the caps."""
+
+    connections_table: str = Field(
+        description="DynamoDB table of the WebSocket connections (TTL on expires_at)."
+    )
+    websocket_endpoint: str = Field(
+        description="The WebSocket stage's management endpoint (https://<api>.execute-api.<region>.amazonaws.com"
+        "/<stage>), where messages are posted to connections."
+    )
+    replay_max_events: int = Field(
+        default=1_000,
+        ge=1,
+        le=100_000,
+        description="Most events a subscribe replays from its cursor; further behind, the client is told to "
+        "resync (fetch a fresh snapshot).",
+    )
+    replay_max_hours: float = Field(
+        default=24.0,
+        gt=0,
+        description="How far back a cursor may reach: older events are not kept for replay, and such a "
+        "cursor gets a resync.",
+    )
+    max_connections_per_tenant: int = Field(
+        default=100, ge=1, description="Open WebSocket connections one tenant may hold at once."
+    )
+    connection_ttl_seconds: int = Field(
+        default=7_200,
+        ge=60,
+        description="A connection's record lives this long without activity (API Gateway ends a connection "
+        "after 2 h in any case).",
+    )
+    key_check_seconds: int = Field(
+        default=60,
+        ge=1,
+        description="How long a connection's API key is trusted before it is checked again: a revoked key's "
+        "connections are closed within this time (the authorizer's cache time).",
+    )
+
+
 class JobQueueSettings(BaseSettings):
     """Each job type's SQS FIFO queue, by type name (a JSON object), as the relay sends and the worker
     receives."""
@@ -255,6 +296,11 @@ class RelaySettings(SystemDatabaseSettings, JobQueueSettings):
         default="tollgate",
         min_length=1,
         description="Source of the results bus events (`tollgate.<stage>` when deployed); rules match on it.",
+    )
+    notifications_queue_url: str | None = Field(
+        default=None,
+        description="SQS FIFO queue of the live notifier (`tollgate-<stage>-notifications.fifo`, set in "
+        "every deployed stage); unset, job state changes are confirmed as published to nobody.",
     )
 
 
@@ -298,6 +344,13 @@ class RetentionSettings(BaseSettings):
         description="Execution inbox and quarantine rows are deleted this many days after receipt; above "
         "the 18 days an SQS message can live (4 in a job type's queue, 14 in its DLQ), so a redelivery finds "
         "its row.",
+    )
+    retention_state_event_hours: int = Field(
+        default=48,
+        ge=1,
+        le=24 * 90,
+        description="Live notifications' job state events are deleted this many hours after they happened; "
+        "keep it above REPLAY_MAX_HOURS, the window a reconnecting client may replay.",
     )
     retention_batch_size: int = Field(
         default=500, ge=1, le=5000, description="Rows per retention batch; each batch is its own transaction."

@@ -16,7 +16,7 @@ from aws_lambda_powertools import Logger
 from tollgate.accept.service import AcceptanceDeps, AcceptanceLimits
 from tollgate.api.deps import ApiDeps
 from tollgate.core.aws import lazy_client
-from tollgate.core.clock import SystemClock, new_id
+from tollgate.core.clock import Clock, SystemClock, new_id
 from tollgate.core.documents import S3DocumentStore
 from tollgate.db import Database, build_database
 from tollgate.delivery.deliveries import ReplayDeps, StepFunctionsStarter
@@ -28,6 +28,7 @@ from tollgate.review.service import ReviewDeps
 from tollgate.settings import (
     ApiSettings,
     AuthorizerSettings,
+    NotificationSettings,
     OpsSettings,
     RelaySettings,
     RetrySettings,
@@ -57,6 +58,9 @@ if TYPE_CHECKING:
     from tollgate.execution.llm.client import LlmClient
     from tollgate.execution.worker import WorkerConfig
     from tollgate.ingress.consumer import IngressDeps
+    from tollgate.notify.connections import ConnectionStore
+    from tollgate.notify.sender import Sender
+    from tollgate.notify.service import NotifyDeps
     from tollgate.ops.service import OpsDeps
     from tollgate.outbox.eventbridge import PutEventsClient
     from tollgate.outbox.relay import Publisher, RelayDeps
@@ -134,12 +138,18 @@ def build_relay(
     events_client: PutEventsClient | None = None,
 ) -> RelayDeps:
     """The routing table lives here: requested events to the jobs queue, outcome events to webhooks and the
-    results bus."""
+    results bus, job state changes to the live notifier's queue."""
     from tollgate.delivery.deliveries import NoDispatcher, WebhookDispatcher
-    from tollgate.events import BUS_ONLY_EVENT_TYPES, EXTRACTION_REQUESTED, OUTCOME_EVENT_TYPES
+    from tollgate.events import (
+        BUS_ONLY_EVENT_TYPES,
+        EXTRACTION_REQUESTED,
+        JOB_STATE_CHANGED,
+        OUTCOME_EVENT_TYPES,
+    )
     from tollgate.outbox.eventbridge import EventBridgePublisher
     from tollgate.outbox.fanout import FanOutPublisher, NoSubscriber
     from tollgate.outbox.job_queues import JobTypeQueues
+    from tollgate.outbox.notifications import TenantNewsPublisher
     from tollgate.outbox.relay import RelayDeps
     from tollgate.outbox.sqs import SqsFifoPublisher
 
@@ -172,6 +182,14 @@ def build_relay(
         bus_only = bus
     else:
         logger.warning("no RESULTS_BUS_NAME: outcome events go to webhooks only, none to a results bus")
+    # Grouped per tenant as the job queues are: the notifier reads a tenant's events from PostgreSQL in
+    # sequence order, so neither the queue's order nor a duplicate can misorder what a client gets. Without a
+    # queue (no notifications in this deployment) the events are confirmed as published to nobody.
+    notifications: Publisher = (
+        TenantNewsPublisher(sqs, settings.notifications_queue_url)
+        if settings.notifications_queue_url
+        else NoSubscriber()
+    )
     return RelayDeps(
         db=db,
         clock=SystemClock(),
@@ -179,6 +197,7 @@ def build_relay(
             EXTRACTION_REQUESTED: job_queues,
             **dict.fromkeys(OUTCOME_EVENT_TYPES, outcomes),
             **dict.fromkeys(BUS_ONLY_EVENT_TYPES, bus_only),
+            JOB_STATE_CHANGED: notifications,
         },
         batch_size=settings.relay_batch_size,
         claim_seconds=settings.relay_claim_seconds,
@@ -220,6 +239,7 @@ def build_scheduler(
             default_days=settings.retention_default_days,
             outbox_days=settings.retention_outbox_days,
             inbox_days=settings.retention_inbox_days,
+            state_event_hours=settings.retention_state_event_hours,
             batch_size=settings.retention_batch_size,
             max_batches=settings.retention_max_batches,
         ),
@@ -311,6 +331,41 @@ def build_batch(
             price_factor=settings.batch_price_factor,
         ),
         structured_output=settings.provider_structured_output,
+    )
+
+
+def build_notify(
+    settings: NotificationSettings,
+    db: Database | None = None,
+    *,
+    connections: ConnectionStore | None = None,
+    sender: Sender | None = None,
+    clock: Clock | None = None,
+) -> NotifyDeps:
+    """Live notifications: the connections table and API Gateway's management API of the WebSocket stage (the
+    local system passes its own store and sender)."""
+    from tollgate.notify.connections import DynamoDbConnections
+    from tollgate.notify.sender import ApiGatewaySender
+    from tollgate.notify.service import NotifyDeps
+
+    if connections is None:
+        connections = DynamoDbConnections(lazy_client("dynamodb"), settings.connections_table)
+    if sender is None:
+        import boto3
+
+        sender = ApiGatewaySender(
+            boto3.client("apigatewaymanagementapi", endpoint_url=settings.websocket_endpoint)
+        )
+    return NotifyDeps(
+        db=db or build_database(settings, pool_name="notify"),
+        connections=connections,
+        sender=sender,
+        clock=clock or SystemClock(),
+        replay_max_events=settings.replay_max_events,
+        replay_max_hours=settings.replay_max_hours,
+        max_connections_per_tenant=settings.max_connections_per_tenant,
+        connection_ttl_seconds=settings.connection_ttl_seconds,
+        key_check_seconds=settings.key_check_seconds,
     )
 
 

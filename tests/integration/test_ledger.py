@@ -33,12 +33,13 @@ from tollgate.delivery.attempts import AttemptDeps, attempt_delivery
 from tollgate.delivery.deliveries import WebhookDispatcher
 from tollgate.delivery.sender import WebhookSender
 from tollgate.delivery.signing import sign
-from tollgate.events import EXTRACTION_REQUESTED, WEBHOOK_EVENT_TYPES
+from tollgate.events import EXTRACTION_REQUESTED, JOB_STATE_CHANGED, WEBHOOK_EVENT_TYPES
 from tollgate.execution.attempt import run_attempt
 from tollgate.execution.batch.deps import BatchDeps
 from tollgate.execution.limiter.batch_pool import DynamoDbBatchPool, Enqueue, Enqueued, Limits
 from tollgate.execution.llm.client import LlmResult, OutcomeClass
 from tollgate.ingress.consumer import IngressDeps, ingest_once
+from tollgate.outbox.fanout import NoSubscriber
 from tollgate.outbox.relay import RelayDeps, relay_outbox
 from tollgate.outbox.sqs import SqsFifoPublisher
 from tollgate.tenants.suppliers import add_supplier
@@ -172,6 +173,8 @@ def world(make_tenant, system_db, clean_db, local_aws):
         routes={
             EXTRACTION_REQUESTED: SqsFifoPublisher(boto3.client("sqs"), queues.url),
             **dict.fromkeys(WEBHOOK_EVENT_TYPES, WebhookDispatcher(system_db, DeliverNow(attempts))),
+            # No live notifier in this world: confirmed to nobody, as the relay does without its queue.
+            JOB_STATE_CHANGED: NoSubscriber(),
         },
     )
     world = World(
@@ -576,6 +579,7 @@ def test_a_batch_nobody_followed_to_its_end_is_caught_with_its_jobs_left_running
     [job_id] = batch_world.submit(1, seed=12)
     batch_world.world.run_pipeline()
     prepare_and_submit(batch_world.deps)
+    relay_outbox(batch_world.world.relay)  # the claim's state change goes out, as a running relay sends it
     batch_world.clock.advance(COMPLETION_SECONDS)
     batch_id, _ = batch_world.batch(job_id)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tollgate.tenants.keys import ApiKeyResolver, bearer_token
+from tollgate.tenants.keys import ApiKeyResolver, Scope, bearer_token
 
 
 class AccessDenied(Exception):
@@ -44,3 +44,31 @@ def authorize_request(
     if principal.usage_key is not None:
         policy["usageIdentifierKey"] = principal.usage_key
     return policy
+
+
+def authorize_websocket(
+    resolver: ApiKeyResolver, authorization_header: str | None, method_arn: str
+) -> dict[str, Any]:
+    """The WebSocket API's $connect: a Bearer key with the ``jobs:read`` scope (notifications say which of the
+    tenant's jobs changed), allowed to connect to this API's stage; AccessDenied otherwise. No usage-plan key:
+    WebSocket APIs are throttled by their stage, and the tenant's connections by their cap."""
+    token = bearer_token(authorization_header)
+    principal = resolver.resolve(token) if token else None
+    if principal is None or Scope.JOBS_READ not in principal.scopes:
+        raise AccessDenied
+    arn_parts = method_arn.split(":", 5)
+    api_id, stage = arn_parts[5].split("/")[:2]
+    return {
+        "principalId": str(principal.key_id),
+        "policyDocument": {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Action": "execute-api:Invoke",
+                    "Effect": "Allow",
+                    "Resource": ":".join(arn_parts[:5]) + f":{api_id}/{stage}/*",
+                }
+            ],
+        },
+        "context": {"tenant_id": str(principal.tenant_id), "key_id": str(principal.key_id)},
+    }
