@@ -20,6 +20,7 @@ from stacks.api_stack import ApiStack
 from stacks.config import REPO_ROOT, StageConfig
 from stacks.data_stack import DataStack
 from stacks.delivery_stack import DeliveryStack
+from stacks.notifications_stack import NotificationsStack
 from stacks.observability_stack import ObservabilityStack
 from stacks.ops_stack import OpsStack
 from stacks.pipeline_stack import PipelineStack
@@ -62,10 +63,11 @@ def build_app(
         "database_secret": data.database_secret,
         "database_clients": data.database_clients,
     }
-    # Data <- Delivery <- Pipeline <- Api and Worker <- Observability, and Results <- Pipeline: the relay
-    # starts webhook deliveries and publishes on the results bus, the API nudges the relay and starts
-    # replays, the worker consumes the pipeline's queue, and Observability watches them all; no stack needs
-    # anything from one deployed after it, so references only point one way.
+    # Data <- Delivery <- Pipeline <- Api and Worker <- Observability, Results <- Pipeline, and Pipeline and
+    # Api <- Notifications: the relay starts webhook deliveries, publishes on the results bus and sends job
+    # state changes to the notifications queue, the API nudges the relay and starts replays, the worker and
+    # the notifier consume the pipeline's queues, and Observability watches them all; no stack needs anything
+    # from one deployed after it, so references only point one way.
     delivery = DeliveryStack(
         app,
         config.stack_name("Delivery"),
@@ -101,6 +103,17 @@ def build_app(
         webhook_state_machine=delivery.state_machine,
         description=f"Tollgate {config.stage}: public REST API, authorizer, acceptance Lambda",
     )
+    notifications = NotificationsStack(
+        app,
+        config.stack_name("Notifications"),
+        config=config,
+        **database,
+        notifications_queue=pipeline.notifications.queue,
+        description=f"Tollgate {config.stage}: live notifications (WebSocket API, connections, notifier)",
+    )
+    # The WebSocket stage's access log needs the account's API Gateway CloudWatch role, which Api sets (or,
+    # with api_gateway_cloudwatch_role off, another stage did); nothing else of Api's is referenced.
+    notifications.add_stack_dependency(api, "the account's API Gateway logging role must be set first")
     worker = WorkerStack(
         app,
         config.stack_name("Worker"),
@@ -135,6 +148,7 @@ def build_app(
         scheduler_function=pipeline.scheduler.function,
         job_queues={name: pair.queue for name, pair in pipeline.job_queues.items()},
         dead_letter_queues={name: pair.dead_letters for name, pair in pipeline.job_queues.items()},
+        notifications_dead_letters=pipeline.notifications.dead_letters,
         worker_service=worker.service,
         worker_logs=worker.log_group,
         webhook_state_machine=delivery.state_machine,

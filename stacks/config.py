@@ -26,6 +26,7 @@ from tollgate.settings import (
     ApiSettings,
     AuthorizerSettings,
     BatchSettings,
+    NotificationSettings,
     PricingSettings,
     RelaySettings,
     RetrySettings,
@@ -40,15 +41,20 @@ DEFAULT_LAYER_DIR = REPO_ROOT / "build" / "layer"
 _SECTION_CONFIG = ConfigDict(frozen=True, extra="forbid")
 
 
-def _settings_section(name: str, settings: type[BaseSettings], fields: Iterable[str]) -> type[BaseModel]:
+def _settings_section(
+    name: str, settings: type[BaseSettings], fields: Iterable[str], *, base: type[BaseModel] | None = None
+) -> type[BaseModel]:
     """Copy some fields of a Lambda settings model (type, default, bounds) into a plain context model.
 
     Copying instead of retyping keeps one source of truth for defaults and limits, and a plain model
-    never reads the synth machine's own environment the way a ``BaseSettings`` would.
+    never reads the synth machine's own environment the way a ``BaseSettings`` would. ``base`` adds fields
+    that only the stack reads (it carries the section's frozen, extra-forbidding config).
     """
     definitions: dict[str, Any] = {
         field: (settings.model_fields[field].annotation, settings.model_fields[field]) for field in fields
     }
+    if base is not None:
+        return create_model(name, __base__=base, **definitions)
     return create_model(name, __config__=_SECTION_CONFIG, **definitions)
 
 
@@ -95,6 +101,7 @@ RetentionLimits = _settings_section(
         "retention_default_days",
         "retention_outbox_days",
         "retention_inbox_days",
+        "retention_state_event_hours",
         "retention_batch_size",
         "retention_max_batches",
     ),
@@ -154,6 +161,61 @@ WebhookLimits = _settings_section(
 """How one webhook attempt talks to a tenant's endpoint, and when a failing endpoint is disabled; fields of
 ``WebhookAttemptSettings``. Not ``webhooks_allow_private_targets``: it exists only to run the dispatcher
 locally, and a deployed stage keeps its default."""
+
+
+class NotificationsEdge(BaseModel):
+    """What the Notifications stack itself reads: the WebSocket stage's throttle and the notifier's
+    concurrency. The rest of the ``notifications`` section is ``NotificationSettings``' fields."""
+
+    model_config = _SECTION_CONFIG
+
+    throttle_rate: float = Field(
+        default=50,
+        gt=0,
+        description="WebSocket stage: steady messages per second, connects and subscribes included, for all "
+        "tenants together (API Gateway's default route throttle).",
+    )
+    throttle_burst: int = Field(default=100, ge=1, description="WebSocket stage: the throttle's burst.")
+    notifier_max_concurrency: int = Field(
+        default=5,
+        ge=2,
+        le=1000,
+        description="Notifier Lambdas the notifications queue runs at once (SQS's event source allows 2 at "
+        "least): each one reads events from PostgreSQL, so this bounds the connections live notifications "
+        "take; a busier stage raises it as tenants with open connections grow.",
+    )
+
+    @model_validator(mode="after")
+    def _burst_covers_rate(self) -> NotificationsEdge:
+        if self.throttle_burst < self.throttle_rate:
+            raise ValueError("notifications.throttle_burst must be at least throttle_rate")
+        return self
+
+    def function_environment(self) -> dict[str, str]:
+        """The section's ``NotificationSettings`` fields as the route and notifier Lambdas read them."""
+        return {
+            name: value
+            for name, value in settings_environment(self).items()
+            if name.lower() in NotificationSettings.model_fields
+        }
+
+
+Notifications = _settings_section(
+    "Notifications",
+    NotificationSettings,
+    (
+        "replay_max_events",
+        "replay_max_hours",
+        "max_connections_per_tenant",
+        "connection_ttl_seconds",
+        "key_check_seconds",
+    ),
+    base=NotificationsEdge,
+)
+"""Live notifications (WebSocket API): the stage's throttle and the notifier's concurrency
+(``NotificationsEdge``), then the replay window, the per-tenant connection cap and the connection and key
+times, fields of ``NotificationSettings`` that both the route Lambda and the notifier get."""
+
 
 # The window of the web ACL's rate rule (waf_rate_limit counts requests in it).
 WAF_RATE_WINDOW_SECONDS = 300
@@ -527,6 +589,7 @@ class StageConfig(BaseModel):
     pricing: Pricing = Field(default_factory=Pricing)  # type: ignore[valid-type]
     batch_path: BatchPath = Field(default_factory=BatchPath)  # type: ignore[valid-type]
     webhooks: WebhookLimits = Field(default_factory=WebhookLimits)  # type: ignore[valid-type]
+    notifications: Notifications = Field(default_factory=Notifications)  # type: ignore[valid-type]
 
     layer_dir: Path = Field(
         default=DEFAULT_LAYER_DIR, description="Folder holding python/ with the Lambda dependencies."

@@ -91,6 +91,7 @@ class ObservabilityStack(cdk.Stack):
         scheduler_function: lambda_.IFunction,
         job_queues: Mapping[str, sqs.IQueue],
         dead_letter_queues: Mapping[str, sqs.IQueue],
+        notifications_dead_letters: sqs.IQueue,
         worker_service: ecs.IBaseService,
         worker_logs: logs.ILogGroup,
         webhook_state_machine: sfn.IStateMachine,
@@ -137,6 +138,7 @@ class ObservabilityStack(cdk.Stack):
 
         self._api_alarms(rest_api)
         pipeline = self._pipeline_alarms(config, scheduler_function, job_queues, dead_letter_queues)
+        pipeline["notifications_dead_letters"] = self._notifications_alarm(notifications_dead_letters)
         execution = self._jobs_alarms(config)
         delivery = self._delivery_alarms(config, webhook_state_machine)
         review = self._review_alarms(config)
@@ -148,7 +150,9 @@ class ObservabilityStack(cdk.Stack):
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=dashboard_name)
         self._overview(config)
         self._api_row(rest_api, api_function, authorizer_function)
-        self._pipeline_row(job_queues, dead_letter_queues, pipeline)
+        self._pipeline_row(
+            job_queues, {**dead_letter_queues, "notifications": notifications_dead_letters}, pipeline
+        )
         self._jobs_row(config, worker_service, execution)
         self._provider_row(execution)
         self._delivery_row(webhook_state_machine, delivery)
@@ -269,6 +273,22 @@ class ObservabilityStack(cdk.Stack):
                 threshold=0,
             )
         return alarms
+
+    def _notifications_alarm(self, dead_letters: sqs.IQueue) -> cloudwatch.Alarm:
+        return self._alarm(
+            "NotificationsDeadLetters",
+            description=(
+                "A message of the live notifications queue failed the notifier five times and is in its "
+                "dead-letter queue: the notifier cannot read PostgreSQL, the connections table or post to "
+                "connections. Its log group holds the error. No notification is lost for good: the tenant's "
+                "next state change catches every connection up from its cursor, and clients poll or "
+                "resubscribe; purge the DLQ once the notifier works again."
+            ),
+            metric=dead_letters.metric_approximate_number_of_messages_visible(
+                period=QUEUE_PERIOD, statistic=cloudwatch.Stats.MAXIMUM
+            ),
+            threshold=0,
+        )
 
     def _jobs_alarms(self, config: StageConfig) -> dict[str, cloudwatch.Alarm]:
         return {

@@ -1,7 +1,8 @@
 """PipelineStack: the job signal path, from committed outbox rows to the job types' queues the worker reads.
 
-It owns a FIFO queue and a dead-letter queue per registered job type, and the outbox relay and scheduler
-Lambdas with their one-minute schedules. The alarms on a stuck pipeline watch these from ObservabilityStack.
+It owns a FIFO queue and a dead-letter queue per registered job type, the live notifications' FIFO queue and
+its DLQ, and the outbox relay and scheduler Lambdas with their one-minute schedules. The alarms on a stuck
+pipeline watch these from ObservabilityStack.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from stacks.constructs.documents_access import DocumentsRetentionAccess, Exporte
 from stacks.constructs.entrypoint_function import EntrypointFunction
 from stacks.constructs.job_queue import JobQueue, construct_name
 from stacks.constructs.lambda_packaging import DATABASE_CA_ENVIRONMENT, DependenciesLayer, function_code
+from stacks.constructs.notification_queue import NotificationQueue
 from tollgate.jobtypes.registry import JOB_TYPES
 
 
 class PipelineStack(cdk.Stack):
     """Exposes ``job_queues`` (a queue and DLQ per job type, by type name: the worker consumes the queues,
-    ObservabilityStack alarms on the DLQs' depth) and ``relay_function`` (the API nudges it)."""
+    ObservabilityStack alarms on the DLQs' depth), ``notifications`` (the relay sends job state changes there,
+    NotificationsStack's notifier consumes them) and ``relay_function`` (the API nudges it)."""
 
     def __init__(
         self,
@@ -51,6 +54,10 @@ class PipelineStack(cdk.Stack):
             name: JobQueue(self, f"{construct_name(job_type)}Jobs", config=config, job_type=job_type)
             for name, job_type in JOB_TYPES.items()
         }
+        # Here with the job queues rather than in NotificationsStack: the relay sends to it, and that stack
+        # deploys after Api (its WebSocket stage logs through the account setting Api makes), which itself
+        # needs the relay; the notifier only consumes it, which points the reference the deploy order's way.
+        self.notifications = NotificationQueue(self, "Notifications", config=config)
 
         code = function_code()
         layer = DependenciesLayer(self, "Dependencies", layer_dir=config.layer_dir).layer
@@ -85,6 +92,8 @@ class PipelineStack(cdk.Stack):
                 # Outcome events also go to ResultsStack's bus, the public contract.
                 "RESULTS_BUS_NAME": results_bus.event_bus_name,
                 "RESULTS_EVENT_SOURCE": results_event_source,
+                # Job state changes go to the live notifier (NotificationsStack) through this queue.
+                "NOTIFICATIONS_QUEUE_URL": self.notifications.queue.queue_url,
                 **settings_environment(config.relay),
             },
             # The run ends before the claim lease on its last batch does, so a timed-out run's rows come
@@ -120,6 +129,7 @@ class PipelineStack(cdk.Stack):
             database_secret.grant_read(handler.function)
         for pair in self.job_queues.values():
             pair.queue.grant_send_messages(self.relay.function)
+        self.notifications.queue.grant_send_messages(self.relay.function)
         results_bus.grant_put_events_to(self.relay.function)
         for starter in (self.relay, self.scheduler):
             webhook_state_machine.grant_start_execution(starter.function)

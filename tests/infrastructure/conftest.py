@@ -17,6 +17,7 @@ from stacks.api_stack import ApiStack
 from stacks.config import StageConfig
 from stacks.data_stack import DataStack
 from stacks.delivery_stack import DeliveryStack
+from stacks.notifications_stack import NotificationsStack
 from stacks.observability_stack import ObservabilityStack
 from stacks.ops_stack import OpsStack
 from stacks.pipeline_stack import PipelineStack
@@ -55,6 +56,7 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
         delivery_stack=stacks[DeliveryStack],
         api_stack=stacks[ApiStack],
         pipeline_stack=stacks[PipelineStack],
+        notifications_stack=stacks[NotificationsStack],
         results_stack=stacks[ResultsStack],
         worker_stack=stacks[WorkerStack],
         observability_stack=stacks[ObservabilityStack],
@@ -93,6 +95,11 @@ def api_template(synthesized: Synthesized) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def pipeline_template(synthesized: Synthesized) -> dict[str, Any]:
     return _template(synthesized.pipeline_stack)
+
+
+@pytest.fixture(scope="session")
+def notifications_template(synthesized: Synthesized) -> dict[str, Any]:
+    return _template(synthesized.notifications_stack)
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ from stacks.api_stack import ApiStack
 from stacks.config import StageConfig
 from stacks.data_stack import DataStack
 from stacks.delivery_stack import DeliveryStack
+from stacks.notifications_stack import NotificationsStack
 from stacks.observability_stack import ObservabilityStack
 from stacks.ops_stack import OpsStack
 from stacks.pipeline_stack import PipelineStack
@@ -52,6 +53,7 @@ class Synthesized:
     delivery_stack: DeliveryStack
     api_stack: ApiStack
     pipeline_stack: PipelineStack
+    notifications_stack: NotificationsStack
     results_stack: ResultsStack
     worker_stack: WorkerStack
     observability_stack: ObservabilityStack

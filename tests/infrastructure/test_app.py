@@ -82,10 +82,12 @@ def test_stacks_are_named_after_the_stage(synthesized: Synthesized) -> None:
     assert synthesized.delivery_stack.stack_name == "Tollgate-dev-Delivery"
     assert synthesized.results_stack.stack_name == "Tollgate-dev-Results"
     assert synthesized.observability_stack.stack_name == "Tollgate-dev-Observability"
+    assert synthesized.notifications_stack.stack_name == "Tollgate-dev-Notifications"
 
 
 def test_stack_dependencies_point_one_way(synthesized: Synthesized) -> None:
-    """Data <- Delivery <- Pipeline <- Api and Worker <- Observability, and Results <- Pipeline:
+    """Data <- Delivery <- Pipeline <- Api and Worker <- Observability, Results <- Pipeline, and Pipeline and
+    Api <- Notifications:
     CloudFormation deploys them in that order, no cycle can form, and nothing waits for the stack that only
     watches the others."""
 
@@ -106,6 +108,12 @@ def test_stack_dependencies_point_one_way(synthesized: Synthesized) -> None:
         "Tollgate-dev-Pipeline",
     }
     assert depends_on(synthesized.worker_stack) == {"Tollgate-dev-Data", "Tollgate-dev-Pipeline"}
+    # Api for the account's API Gateway logging role its WebSocket stage's access log needs.
+    assert depends_on(synthesized.notifications_stack) == {
+        "Tollgate-dev-Data",
+        "Tollgate-dev-Pipeline",
+        "Tollgate-dev-Api",
+    }
     assert depends_on(synthesized.observability_stack) == {
         "Tollgate-dev-Delivery",
         "Tollgate-dev-Pipeline",
@@ -114,21 +122,29 @@ def test_stack_dependencies_point_one_way(synthesized: Synthesized) -> None:
     }
 
 
-def test_every_lambda_but_the_webhook_attempt_stays_in_the_isolated_subnets(
+def test_every_lambda_but_the_webhook_attempt_and_the_posters_stays_in_the_isolated_subnets(
     data_template: dict[str, Any],
     api_template: dict[str, Any],
     pipeline_template: dict[str, Any],
     delivery_template: dict[str, Any],
+    notifications_template: dict[str, Any],
 ) -> None:
-    """Only the worker (the LLM provider) and the webhook attempt (tenants' receivers) have a route out of the
-    VPC; every other Tollgate Lambda reaches AWS through endpoints."""
+    """Only the worker (the LLM provider), the webhook attempt (tenants' receivers) and the two functions
+    that post to WebSocket connections (the management API has no VPC endpoint) have a route out of the VPC;
+    every other Tollgate Lambda reaches AWS through endpoints."""
     groups = subnet_groups(data_template)
     placed = {
         function["Properties"]["Handler"].split(".")[1]: {
             groups[local_id(subnet, data_template)]
             for subnet in function["Properties"]["VpcConfig"]["SubnetIds"]
         }
-        for template in (data_template, api_template, pipeline_template, delivery_template)
+        for template in (
+            data_template,
+            api_template,
+            pipeline_template,
+            delivery_template,
+            notifications_template,
+        )
         for function in resources(template, "AWS::Lambda::Function").values()
         if function["Properties"]["Handler"].startswith("functions.")
     }
@@ -140,6 +156,9 @@ def test_every_lambda_but_the_webhook_attempt_stays_in_the_isolated_subnets(
         "outbox_relay": {"isolated"},
         "scheduler": {"isolated"},
         "webhook_attempt": {"egress"},
+        "websocket_authorizer": {"isolated"},
+        "websocket": {"egress"},
+        "notifier": {"egress"},
     }
 
 
@@ -190,7 +209,7 @@ def test_code_asset_runs_without_the_development_package(
     handlers = sorted((asset / "functions").glob("*/handler.py"))
 
     assert not (asset / "tollgate_dev").exists()
-    assert len(handlers) == 7
+    assert len(handlers) == 10
     assert missing_imports(asset, python_files(asset)) == {}
     assert missing_imports(asset, handlers) == {}
 

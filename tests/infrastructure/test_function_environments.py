@@ -19,6 +19,7 @@ from tollgate.settings import (
     ApiSettings,
     AuthorizerSettings,
     MigrateSettings,
+    NotificationSettings,
     OpsSettings,
     RelaySettings,
     SchedulerSettings,
@@ -55,6 +56,9 @@ LEFT_TO_DEFAULT = {
         "SYSTEM_MONTHLY_BUDGET_USD",
     },
     "authorizer": {"DATABASE_URL", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS"},
+    "websocket_authorizer": {"DATABASE_URL", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS"},
+    "websocket": {"DATABASE_URL", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS"},
+    "notifier": {"DATABASE_URL", "DATABASE_ROLE", "DATABASE_WAIT_SECONDS"},
     "migrate": {
         "DATABASE_URL",
         "DATABASE_ROLE",
@@ -97,6 +101,9 @@ WORKER_SECRETS = {"OPENAI_API_KEY"}
 ENTRYPOINTS: list[tuple[str, type[BaseSettings], str]] = [
     ("api", ApiSettings, "api_template"),
     ("authorizer", AuthorizerSettings, "api_template"),
+    ("websocket_authorizer", AuthorizerSettings, "notifications_template"),
+    ("websocket", NotificationSettings, "notifications_template"),
+    ("notifier", NotificationSettings, "notifications_template"),
     ("migrate", MigrateSettings, "data_template"),
     ("outbox_relay", RelaySettings, "pipeline_template"),
     ("scheduler", SchedulerSettings, "pipeline_template"),
@@ -189,8 +196,12 @@ def test_database_host_is_the_proxy_for_application_code(
     delivery_template: dict[str, Any],
     worker_template: dict[str, Any],
     ops_template: dict[str, Any],
+    notifications_template: dict[str, Any],
 ) -> None:
     for template, entrypoint in (
+        (notifications_template, "websocket_authorizer"),
+        (notifications_template, "websocket"),
+        (notifications_template, "notifier"),
         (api_template, "api"),
         (api_template, "authorizer"),
         (pipeline_template, "outbox_relay"),

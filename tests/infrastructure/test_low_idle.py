@@ -17,7 +17,7 @@ from stacks.config import (
     WORKER_COLD_START_SECONDS,
     StageConfig,
 )
-from tests.infrastructure.cfn import local_id, only, resources, subnet_groups
+from tests.infrastructure.cfn import local_id, only, resources, subnet_groups, type_queues
 
 pytestmark = pytest.mark.infrastructure
 
@@ -121,9 +121,17 @@ def test_every_database_client_connects_to_the_writer_and_waits_out_a_resume(
         for task in resources(templates["Worker"], "AWS::ECS::TaskDefinition").values()
     ]
 
-    # api, authorizer, relay, scheduler, webhook attempt, migrations, operations
-    assert {concern for concern, _ in functions} == {"Api", "Pipeline", "Delivery", "Data", "Ops"}
-    assert len(functions) == 7
+    # api, authorizer, relay, scheduler, webhook attempt, migrations, operations, and the WebSocket API's
+    # authorizer, route Lambda and notifier
+    assert {concern for concern, _ in functions} == {
+        "Api",
+        "Pipeline",
+        "Delivery",
+        "Data",
+        "Ops",
+        "Notifications",
+    }
+    assert len(functions) == 10
     environments = [f["Properties"]["Environment"]["Variables"] for _, f in functions] + containers
     for environment in environments:
         host = environment["DATABASE_HOST"]
@@ -180,7 +188,7 @@ def test_every_lambda_in_the_vpc_runs_behind_nat(low_idle: tuple[StageConfig, di
         if "VpcConfig" in function["Properties"]
     ]
 
-    assert len(in_vpc) == 7
+    assert len(in_vpc) == 10
     for function in in_vpc:
         subnets = {
             groups[local_id(subnet, data)] for subnet in function["Properties"]["VpcConfig"]["SubnetIds"]
@@ -217,7 +225,7 @@ def test_the_worker_scales_to_zero_and_starts_on_a_waiting_message(
     assert {m["MetricStat"]["Metric"]["MetricName"] for m in queue_metrics} == {
         "ApproximateNumberOfMessagesVisible"
     }
-    assert len(queue_metrics) == len(resources(templates["Pipeline"], "AWS::SQS::Queue")) // 2
+    assert len(queue_metrics) == len(type_queues(templates["Pipeline"]))
     assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold" and alarm["Threshold"] == 1
     steps = policies[from_zero]["StepScalingPolicyConfiguration"]["StepAdjustments"]
     assert {"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1} in steps

@@ -87,6 +87,7 @@ ALARMS = PER_TYPE_ALARMS | {
     "ReviewAge",
     "ReviewRate",
     "BatchAge",
+    "NotificationsDeadLetters",
 }
 ROWS = ["API", "Pipeline", "Jobs", "Provider", "Delivery", "Review", "Batch path"]
 
@@ -239,6 +240,22 @@ def test_each_types_dead_letters_alarm_on_the_first_message(
     assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
     assert alarm["Threshold"] == 0
     assert f"--job-type {job_type}" in alarm["AlarmDescription"]
+
+
+def test_the_notifications_dead_letters_alarm_on_the_first_message(
+    observability_template: Template, pipeline_template: Template
+) -> None:
+    (dead_letters,) = [
+        logical_id
+        for logical_id, queue in resources(pipeline_template, "AWS::SQS::Queue").items()
+        if queue["Properties"]["QueueName"] == "tollgate-dev-notifications-dlq.fifo"
+    ]
+    alarm = _alarm(observability_template, "NotificationsDeadLetters")
+
+    assert (alarm["Namespace"], alarm["MetricName"]) == ("AWS/SQS", "ApproximateNumberOfMessagesVisible")
+    assert local_id(_dimension(alarm, "QueueName"), pipeline_template) == dead_letters
+    assert alarm["Statistic"] == "Maximum"
+    assert alarm["Threshold"] == 0 and alarm["ComparisonOperator"] == "GreaterThanThreshold"
 
 
 def test_unpublished_outbox_age_alarms_but_not_before_the_first_tick(

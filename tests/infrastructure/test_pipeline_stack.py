@@ -12,6 +12,7 @@ import pytest
 
 from stacks.config import StageConfig
 from stacks.constructs.documents_access import CANONICAL_DOCUMENTS
+from stacks.constructs.notification_queue import MAX_RECEIVE_COUNT, NOTIFIER_TIMEOUT
 from tests.infrastructure.cfn import (
     as_list,
     export_of,
@@ -36,7 +37,7 @@ FOURTEEN_DAYS = 14 * 24 * 3600
 
 
 def _queues(template: Template) -> list[tuple[str, dict[str, Any]]]:
-    """Every queue of the stack: each job type's queue and dead-letter queue."""
+    """Every queue of the stack: each job type's queue and dead-letter queue, and the notifications pair."""
     return list(resources(template, "AWS::SQS::Queue").items())
 
 
@@ -45,7 +46,7 @@ def test_each_job_type_has_its_own_queue_and_dead_letter_queue(pipeline_template
 
     assert set(pairs) == set(JOB_TYPES)
     assert len({queue_id for pair in pairs.values() for queue_id in pair}) == 2 * len(JOB_TYPES)
-    assert len(_queues(pipeline_template)) == 2 * len(JOB_TYPES), "no queue outside the types' pairs"
+    assert len(_queues(pipeline_template)) == 2 * len(JOB_TYPES) + 2, "no queue but the pairs"
 
 
 def test_every_queue_is_fifo_and_encrypted(pipeline_template: Template) -> None:
@@ -174,8 +175,11 @@ def test_only_the_relay_may_send_and_only_to_the_types_queues(pipeline_template:
     scheduler = _role_actions(pipeline_template, SCHEDULER)
 
     sent_to = relay["sqs:SendMessage"]
-    assert len(sent_to) == len(pairs)
-    assert {local_id(arn, pipeline_template) for arn in sent_to} == {queue for queue, _ in pairs.values()}
+    notifications = by_queue_name(pipeline_template)["tollgate-dev-notifications.fifo"]
+    assert len(sent_to) == len(pairs) + 1
+    assert {local_id(arn, pipeline_template) for arn in sent_to} == {queue for queue, _ in pairs.values()} | {
+        notifications
+    }
     assert not [action for action in relay if action.startswith("sqs:") and "Receive" in action]
     assert not [action for action in scheduler if action.startswith("sqs:")]
     for granted in (relay, scheduler):
@@ -189,6 +193,31 @@ def test_relay_sends_to_the_queues_named_in_its_environment(pipeline_template: T
     urls = json.loads(render(relay["Properties"]["Environment"]["Variables"]["JOB_QUEUE_URLS"]))
 
     assert urls == {name: "${" + queue + "}" for name, (queue, _) in pairs.items()}
+
+
+def by_queue_name(template: Template) -> dict[str, str]:
+    return {queue["Properties"]["QueueName"]: logical_id for logical_id, queue in _queues(template)}
+
+
+def test_job_state_changes_go_to_the_notifications_queue_and_fail_into_its_dlq(
+    pipeline_template: Template,
+) -> None:
+    names = by_queue_name(pipeline_template)
+    queues = resources(pipeline_template, "AWS::SQS::Queue")
+    queue = queues[names["tollgate-dev-notifications.fifo"]]["Properties"]
+    _, relay = function_by_handler(pipeline_template, RELAY)
+
+    assert queue["FifoQueue"] is True and queue["ContentBasedDeduplication"] is False
+    assert queue["RedrivePolicy"]["maxReceiveCount"] == MAX_RECEIVE_COUNT
+    assert (
+        local_id(queue["RedrivePolicy"]["deadLetterTargetArn"], pipeline_template)
+        == names["tollgate-dev-notifications-dlq.fifo"]
+    )
+    # Lambda's SQS event source wants the visibility timeout at six times the function's timeout at least.
+    assert queue["VisibilityTimeout"] >= 6 * NOTIFIER_TIMEOUT.to_seconds()
+    assert relay["Properties"]["Environment"]["Variables"]["NOTIFICATIONS_QUEUE_URL"] == {
+        "Ref": names["tollgate-dev-notifications.fifo"]
+    }
 
 
 def test_outputs_name_the_queues_and_the_relay(pipeline_template: Template) -> None:
