@@ -40,6 +40,9 @@ def local_up(
     ops_port: Annotated[
         int, typer.Option(help="Port of the operations function's URL stand-in on 127.0.0.1.")
     ] = 8082,
+    ws_port: Annotated[
+        int, typer.Option(help="Port of the live notifications' WebSocket server on 127.0.0.1.")
+    ] = 8083,
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
     """Run the system in the foreground until Ctrl-C."""
@@ -48,7 +51,7 @@ def local_up(
     from tollgate_dev.local.runtime import LocalStack
 
     use_readable_logs()
-    stack = LocalStack(port=port, erp_port=erp_port, ops_port=ops_port, data_dir=data_dir)
+    stack = LocalStack(port=port, erp_port=erp_port, ops_port=ops_port, ws_port=ws_port, data_dir=data_dir)
 
     def ready() -> None:
         assert stack.erp is not None
@@ -64,6 +67,12 @@ def local_up(
                 f"Operations function at [bold]{stack.ops.url}[/bold]: `tollgate --ops-url {stack.ops.url} "
                 "tenants create NAME` runs a command the way `--stage` does against a deployed stage (signed "
                 "with AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=eu-west-1)."
+            )
+        if stack.websocket is not None:
+            console.print(
+                f"Live notifications at [bold]{stack.websocket_url}[/bold]: connect with the header "
+                '`Authorization: Bearer <key>`, send {"action": "subscribe", "cursor": null} and each job '
+                "state change follows (README: Live notifications)."
             )
         console.print("Create a tenant with `tollgate tenants create NAME`. Ctrl-C stops everything.")
 

@@ -55,3 +55,9 @@ def test_the_second_invoice_needs_review_for_the_reasons_the_readme_shows():
     for reason in reasons:
         assert f'"code": "{reason.code}"' in README
         assert f'"detail": {json.dumps(reason.detail)}' in README
+
+
+def test_the_readme_shows_the_live_notifications_client_the_integration_tests_run():
+    client = (REPO_ROOT / "tollgate_dev" / "live_feed.py").read_text(encoding="utf-8")
+
+    assert f"```python\n{client}```" in README

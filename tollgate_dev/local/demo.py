@@ -2,8 +2,10 @@
 
 Three tenants submit sample invoices over HTTP (with replays, an idempotency conflict and bad requests),
 the pipeline runs them (relay, SQS, workers, the simulated provider, validation), live bars show the jobs
-by state, and a summary shows where every job ended and why, attempts, tokens, cost and latency. It exits
-non-zero when any admitted job ends somewhere its kind of invoice cannot explain, or any API answer is wrong.
+by state, a WebSocket client connected before the first submit prints the first tenant's live feed (one line
+per job state change, as the notifications API pushes them), and a summary shows where every job ended
+and why, attempts, tokens, cost and latency. It exits non-zero when any admitted job ends somewhere its kind
+of invoice cannot explain, or any API answer is wrong.
 
 The run keeps to itself: a database of its own (dropped at the end) on an embedded server in its own data
 folder, its log lines in a file there, and only progress and the summary on the terminal.
@@ -15,6 +17,7 @@ import math
 import random
 import secrets
 import statistics
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +37,7 @@ from tollgate.delivery.states import DeliveryState
 from tollgate.jobtypes.registry import DEFAULT_JOB_TYPE
 from tollgate.tenants.keys import create_tenant
 from tollgate.tenants.suppliers import add_supplier
+from tollgate_dev.live_feed import LiveFeed
 from tollgate_dev.local.client import ApiClient
 from tollgate_dev.local.logs import logs_into
 from tollgate_dev.local.postgres import scratch_database
@@ -180,6 +184,64 @@ def _submit_all(
     report.check("unknown API key: 401", unauthorized.status == 401, str(unauthorized.status))
 
 
+class LiveFeedView:
+    """One tenant's live notifications, printed a compact line each as they arrive, and each job's last
+    state as the feed told it, to compare with where the job ended."""
+
+    def __init__(self, url: str, api_key: str, tenant: str, console: Console) -> None:
+        self.feed = LiveFeed(url, api_key, reconnect_wait=0.2)
+        self.tenant = tenant
+        self.console = console
+        self.last_state: dict[str, str] = {}
+        self.messages = 0
+        self.failure: str | None = None
+        self.changed = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="demo-live-feed", daemon=True)
+
+    def start(self) -> bool:
+        self._thread.start()
+        return self.feed.subscribed.wait(COMPLETION_TIMEOUT_SECONDS)
+
+    def _run(self) -> None:
+        try:
+            for message in self.feed:
+                with self.changed:
+                    self.messages += 1
+                    if message["type"] == "job.state_changed":
+                        self.last_state[message["job_id"]] = message["state"]
+                    self.changed.notify_all()
+                if message["type"] == "job.state_changed":
+                    self.console.print(
+                        f"  [dim]live[/dim] {self.tenant} #{message['sequence']:<5} {message['job_id'][:8]} "
+                        f"{message['state']:<16} v{message['state_version']}",
+                        highlight=False,
+                    )
+                else:
+                    self.console.print(f"  [dim]live[/dim] {self.tenant} resync to {message['latest']}")
+        except Exception as error:  # the demo reports it as a failed check
+            with self.changed:
+                self.failure = f"{type(error).__name__}: {error}"
+                self.changed.notify_all()
+
+    def saw_every_end(self, ends: dict[str, str], timeout: float) -> bool:
+        """Waits until the feed's last state of every job is where the job ended."""
+        with self.changed:
+            return (
+                self.changed.wait_for(
+                    lambda: (
+                        self.failure is not None
+                        or all(self.last_state.get(job) == state for job, state in ends.items())
+                    ),
+                    timeout,
+                )
+                and self.failure is None
+            )
+
+    def stop(self) -> None:
+        self.feed.close()
+        self._thread.join(COMPLETION_TIMEOUT_SECONDS)
+
+
 def _follow(stack: LocalStack, tenant_ids: list[UUID], total: int, console: Console) -> bool:
     """Live bars per state until every admitted job is terminal (or the time limit passes)."""
     assert stack.system_db is not None
@@ -239,6 +301,14 @@ def run_demo(stack: LocalStack, jobs_per_tenant: int = 40, console: Console | No
     receivers = [_register_receiver(client) for client in clients.values()]
     provider = "the simulated provider" if stack.simulator else "the configured OpenAI endpoint"
     console.print(f"[bold]{len(clients)} tenants[/bold] created; API at {stack.api_url}; LLM: {provider}")
+    watched, watched_client = next(iter(clients.items()))
+    assert watched_client.api_key is not None
+    live = LiveFeedView(stack.websocket_url, watched_client.api_key, watched, console)
+    subscribed = live.start()
+    report.check("live feed subscribed before the first submit", subscribed, stack.websocket_url)
+    console.print(
+        f"Live feed of [bold]{watched}[/bold] from {stack.websocket_url}: one line per state change"
+    )
 
     _submit_all(stack, clients, jobs_per_tenant, report)
     console.print(f"{len(report.submitted)} jobs accepted; following them through the pipeline…")
@@ -246,6 +316,18 @@ def run_demo(stack: LocalStack, jobs_per_tenant: int = 40, console: Console | No
     report.check(
         "every admitted job reached a final state", finished, f"within {COMPLETION_TIMEOUT_SECONDS} s"
     )
+    ends = {
+        str(row["job_id"]): row["state"]
+        for row in jobs(db, [tenant_ids[0]])
+        if str(row["job_id"]) in {s.job_id for s in report.submitted if s.tenant == watched}
+    }
+    saw = subscribed and live.saw_every_end(ends, COMPLETION_TIMEOUT_SECONDS)
+    report.check(
+        "the live feed saw every job of its tenant reach its final state",
+        saw,
+        f"{len(ends)} jobs, {live.messages} messages" + (f", {live.failure}" if live.failure else ""),
+    )
+    live.stop()
 
     by_id = {s.job_id: s for s in report.submitted}
     unexplained = [

@@ -1,6 +1,6 @@
 """Assembles the whole system in one process: PostgreSQL, moto, the simulated provider, the API and its
-authorizer, the relay, the scheduler and two workers (each serving a group of service tiers), each piece
-built by the same wiring as in AWS."""
+authorizer, the relay, the scheduler, two workers (each serving a group of service tiers) and live
+notifications (the WebSocket server and the notifier), each piece built by the same wiring as in AWS."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ from tollgate.db import Database, build_database
 from tollgate.db.migrations import apply_migrations
 from tollgate.delivery.attempts import attempt_delivery
 from tollgate.delivery.ssrf import Resolver, system_resolver
+from tollgate.notify.connections import InMemoryConnections
+from tollgate.notify.service import NotifyDeps, close_revoked
 from tollgate.outbox.nudge import EventNudger
 from tollgate.outbox.relay import relay_outbox
 from tollgate.scheduler.tick import run_scheduler
@@ -33,6 +35,7 @@ from tollgate.settings import (
     ApiSettings,
     AuthorizerSettings,
     DatabaseSettings,
+    NotificationSettings,
     OpsSettings,
     RelaySettings,
     SchedulerSettings,
@@ -41,12 +44,14 @@ from tollgate.settings import (
 )
 from tollgate.support.configuration import DISCOVERY_FILE, local_aws
 from tollgate.tenants.authorizer import authorize_request
+from tollgate.tenants.keys import ApiKeyResolver
 from tollgate.wiring import (
     build_api,
     build_authorizer,
     build_batch,
     build_execution,
     build_ingress,
+    build_notify,
     build_ops,
     build_relay,
     build_scheduler,
@@ -59,6 +64,7 @@ from tollgate_dev.local.aws import (
     ResultsBus,
     create_documents_bucket,
     create_job_type_queues,
+    create_jobs_queues,
     create_limiter_table,
     create_results_bus,
     dlq_urls,
@@ -70,6 +76,12 @@ from tollgate_dev.local.foreground import StartCancelled
 from tollgate_dev.local.gateway import AppPool, LocalGateway
 from tollgate_dev.local.logs import as_component
 from tollgate_dev.local.loops import Loop
+from tollgate_dev.local.notifications import (
+    LocalWebSocketServer,
+    NotifierThread,
+    SocketSender,
+    deliver_notifications,
+)
 from tollgate_dev.local.ops import LocalOpsFunction
 from tollgate_dev.local.postgres import server_url
 from tollgate_dev.local.stepfunctions import create_dispatcher, release_dispatcher
@@ -94,6 +106,10 @@ LOCAL_SIMULATOR = SimulatorConfig(
     prompt_only_rates={"code_fence": 0.05, "trailing_prose": 0.05},
     seed=7,
 )
+# Live notifications: a revoked key's connections close within seconds rather than the stage's minute, and
+# the sweep that closes them looks every second.
+LOCAL_NOTIFICATIONS: dict[str, Any] = {"key_check_seconds": 5}
+KEY_SWEEP_SECONDS = 1.0
 
 
 @dataclass
@@ -121,6 +137,13 @@ class LocalStack:
     # a free port (tests), `tollgate local up` asks for 8082.
     ops: LocalOpsFunction | None = None
     ops_port: int = 0
+    # The WebSocket server of live notifications; 0 picks a free port (tests), `tollgate local up` asks for
+    # 8083. NotificationSettings fields for it (replay window, cap, key checks) go in notification_overrides.
+    websocket: LocalWebSocketServer | None = None
+    ws_port: int = 0
+    notification_overrides: dict[str, Any] = field(default_factory=dict)
+    notify: NotifyDeps | None = None
+    notifications_queue: JobsQueues | None = None
     loops: dict[str, Loop] = field(default_factory=dict)
     workers: int = 2
     # The service tiers each worker claims, highest first, in turn: like the deployed tier services, a
@@ -151,6 +174,11 @@ class LocalStack:
     def api_url(self) -> str:
         assert self.gateway is not None
         return self.gateway.url
+
+    @property
+    def websocket_url(self) -> str:
+        assert self.websocket is not None
+        return self.websocket.url
 
     def cancel(self) -> None:
         """Asks a start in progress (on another thread, or interrupted by a signal) to end early."""
@@ -211,7 +239,7 @@ class LocalStack:
             self._unless_cancelled()
             self.erp = DemoErp(self.system_db, port=self.erp_port).start()
             self._closers.append(self.erp.stop)
-            self._start_pipeline(url, relay_wake)
+            self._start_pipeline(url, relay_wake, resolver)
             self._start_ops(url)
             self._write_discovery()
         return self
@@ -243,6 +271,8 @@ class LocalStack:
             "api_url": self.api_url,
             "ops_url": self.ops.url if self.ops else None,
             "erp_url": self.erp.url if self.erp else None,
+            "websocket_url": self.websocket.url if self.websocket else None,
+            "notifications_queue_url": self.notifications_queue.url if self.notifications_queue else None,
             "aws_endpoint_url": self.aws.endpoint_url,
             "job_queue_urls": queue_urls(self.queues),
             "job_dlq_urls": dlq_urls(self.queues),
@@ -256,11 +286,14 @@ class LocalStack:
         path.chmod(0o600)
         self._closers.append(lambda: path.unlink(missing_ok=True))
 
-    def _start_pipeline(self, url: SecretStr, relay_wake: EventNudger) -> None:
-        """The relay (nudged by the API, swept on an interval), the scheduler, and the workers."""
+    def _start_pipeline(self, url: SecretStr, relay_wake: EventNudger, resolver: ApiKeyResolver) -> None:
+        """The relay (nudged by the API, swept on an interval), the scheduler, live notifications and the
+        workers."""
         assert self.queues is not None
         urls = queue_urls(self.queues)
         self.results_bus = create_results_bus()
+        # A queue of this system's own: systems sharing one moto (tests) never take each other's batches.
+        self.notifications_queue = create_jobs_queues(f"tollgate-notifications-{secrets.token_hex(3)}")
         relay = build_relay(
             RelaySettings(
                 database_url=url,
@@ -268,6 +301,7 @@ class LocalStack:
                 webhook_state_machine_arn=self.dispatcher_arn,
                 results_bus_name=self.results_bus.name,
                 results_event_source=self.results_bus.source,
+                notifications_queue_url=self.notifications_queue.url,
             )
         )
         scheduler = build_scheduler(
@@ -297,7 +331,42 @@ class LocalStack:
             self._closers.append(loop.stop)
             self.loops[loop.name] = loop
         self._unless_cancelled()
+        self._start_notifications(url, resolver)
+        self._unless_cancelled()
         self._start_workers(url, urls, relay_wake)
+
+    def _start_notifications(self, url: SecretStr, resolver: ApiKeyResolver) -> None:
+        """The WebSocket API's stand-in and the notifier on the notifications queue, with the use cases the
+        Lambdas run. Connections are kept in memory (the same rules as the DynamoDB table, without a moto
+        round trip per lease and advance)."""
+        assert self.notifications_queue is not None
+        settings = NotificationSettings(
+            database_url=url,
+            # Neither is read: the store and the sender below are this process's own.
+            connections_table="in-memory",
+            websocket_endpoint="local-sockets",
+            **{**LOCAL_NOTIFICATIONS, **self.notification_overrides},
+        )
+        sender = SocketSender()
+        self.notify = deps = build_notify(settings, connections=InMemoryConnections(), sender=sender)
+        self._closers.append(deps.db.close)
+        self.websocket = LocalWebSocketServer(deps, sender, resolver, port=self.ws_port).start()
+        self._closers.append(self.websocket.stop)
+        sqs = boto3.client("sqs")
+        queue_url = self.notifications_queue.url
+        notifier = NotifierThread(
+            as_component("notifier", lambda: deliver_notifications(deps, sqs, queue_url)),
+            self.notify_activity,
+        )
+        notifier.start()
+        self._closers.append(notifier.stop)
+        sweep = Loop(
+            "notifier-keys", as_component("notifier", lambda: close_revoked(deps)), KEY_SWEEP_SECONDS
+        )
+        sweep.on_step = self.notify_activity
+        sweep.start()
+        self._closers.append(sweep.stop)
+        self.loops[sweep.name] = sweep
 
     def _start_dispatcher(self, url: SecretStr) -> str:
         """The webhook dispatcher in moto's state machine executor; its waits are compressed so that a
