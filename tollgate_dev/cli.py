@@ -51,7 +51,15 @@ def local_up(
     from tollgate_dev.local.runtime import LocalStack
 
     use_readable_logs()
-    stack = LocalStack(port=port, erp_port=erp_port, ops_port=ops_port, ws_port=ws_port, data_dir=data_dir)
+    stack = LocalStack(
+        port=port,
+        erp_port=erp_port,
+        ops_port=ops_port,
+        ws_port=ws_port,
+        data_dir=data_dir,
+        # Stable names, as the README gives them (tollgate-local-results, tollgate-invoice-extraction.fifo).
+        resource_prefix="tollgate",
+    )
 
     def ready() -> None:
         assert stack.erp is not None

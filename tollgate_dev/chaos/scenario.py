@@ -71,7 +71,7 @@ from tollgate_dev.chaos.postgres import (
 from tollgate_dev.chaos.waiting import Waited, Waiter
 from tollgate_dev.local.aws import JobsQueues, LocalAws, queue_urls
 from tollgate_dev.local.client import ApiClient
-from tollgate_dev.local.runtime import LIMITER_TABLE, LOCAL_BUCKET, LocalStack
+from tollgate_dev.local.runtime import LOCAL_BUCKET, LocalStack
 from tollgate_dev.queries import dev_queries
 from tollgate_dev.reporting import delivery_states, job_states
 from tollgate_dev.samples import CONSISTENT_KINDS, SUPPLIERS, SampleInvoice, generate_invoices, request_body
@@ -318,7 +318,7 @@ class ChaosRun:
                 **common,
                 **WORKER_SETTINGS,
                 "DOCUMENTS_BUCKET": LOCAL_BUCKET,
-                "LIMITER_TABLE": LIMITER_TABLE,
+                "LIMITER_TABLE": stack.limiter_table,
                 "OPENAI_BASE_URL": stack.simulator.base_url,
                 "OPENAI_API_KEY": "simulated",
             },
@@ -682,7 +682,7 @@ class ChaosRun:
             expectations=Expectations(
                 acknowledged=dict(self.acknowledged), cancel_requested=frozenset(self.cancel_requested)
             ),
-            batch_pool=read_batch_pool(boto3.client("dynamodb"), LIMITER_TABLE),
+            batch_pool=read_batch_pool(boto3.client("dynamodb"), stack.limiter_table),
         )
 
     def _report(self, ledger: LedgerReport, settled: bool, stuck: list[str]) -> ChaosReport:

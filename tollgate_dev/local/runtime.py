@@ -89,7 +89,6 @@ from tollgate_dev.local.workers import WorkerThread
 from tollgate_dev.simulator.server import Latency, SimulatedProvider, SimulatorConfig
 
 DEFAULT_DATA_DIR = Path(".tollgate")
-LIMITER_TABLE = "tollgate-provider-budget-local"
 # Requests the local gateway handles at once (Lambda would run that many instances of the API function).
 API_CONCURRENCY = 8
 LOCAL_BUCKET = "tollgate-documents-local"
@@ -129,6 +128,10 @@ class LocalStack:
     relay_sweep_seconds: float = 60.0
     scheduler_interval_seconds: float = 60.0
     metrics: RecordedMetrics = field(default_factory=RecordedMetrics)
+    # The start of this system's queue, bus and table names. moto keeps one state per process, whichever
+    # server serves it, so systems started one after another in a process (tests) would otherwise take
+    # over each other's queues, messages and budget. `tollgate local up` names them as the README does.
+    resource_prefix: str = field(default_factory=lambda: f"tollgate-{secrets.token_hex(3)}")
     # Each job type's queue and dead-letter queue, by job type.
     queues: dict[str, JobsQueues] | None = None
     results_bus: ResultsBus | None = None
@@ -171,6 +174,11 @@ class LocalStack:
             return self.activity.wait_for(predicate, timeout)
 
     @property
+    def limiter_table(self) -> str:
+        """The provider budget's table, which this system's workers share."""
+        return f"{self.resource_prefix}-provider-budget-local"
+
+    @property
     def api_url(self) -> str:
         assert self.gateway is not None
         return self.gateway.url
@@ -201,7 +209,7 @@ class LocalStack:
             self.aws.start()
             self._closers.append(self.aws.stop)
         create_documents_bucket(LOCAL_BUCKET)
-        self.queues = create_job_type_queues()
+        self.queues = create_job_type_queues(self.resource_prefix)
         self._unless_cancelled()
         apply_migrations(self.database_url, MIGRATIONS_DIR)
         self._unless_cancelled()
@@ -291,9 +299,8 @@ class LocalStack:
         workers."""
         assert self.queues is not None
         urls = queue_urls(self.queues)
-        self.results_bus = create_results_bus()
-        # A queue of this system's own: systems sharing one moto (tests) never take each other's batches.
-        self.notifications_queue = create_jobs_queues(f"tollgate-notifications-{secrets.token_hex(3)}")
+        self.results_bus = create_results_bus(f"{self.resource_prefix}-local-results")
+        self.notifications_queue = create_jobs_queues(f"{self.resource_prefix}-notifications")
         relay = build_relay(
             RelaySettings(
                 database_url=url,
@@ -387,9 +394,9 @@ class LocalStack:
 
     def _start_workers(self, url: SecretStr, urls: dict[str, str], relay_wake: EventNudger) -> None:
         # One provider budget for both workers, in DynamoDB on moto, as the deployed workers share one.
-        create_limiter_table(boto3.client("dynamodb"), LIMITER_TABLE)
+        create_limiter_table(boto3.client("dynamodb"), self.limiter_table)
         self._closers.append(serialize_moto_dynamodb())
-        overrides: dict[str, Any] = {"limiter_table": LIMITER_TABLE}
+        overrides: dict[str, Any] = {"limiter_table": self.limiter_table}
         if not (os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL")):
             self.simulator = SimulatedProvider(self.simulator_config)
             overrides["openai_base_url"] = self.simulator.start()
