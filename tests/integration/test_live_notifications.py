@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -231,7 +232,8 @@ def followers() -> Iterator[Callable[..., Follower]]:
         follower.stop()
 
 
-def raw_connect(stack: LocalStack, api_key: str | None) -> ClientConnection:
+def raw_connect(stack: LocalStack, api_key: str | None) -> connect:
+    """A handshake with ``api_key``; use it as ``with raw_connect(...) as connection``, which closes it."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key is not None else {}
     return connect(stack.websocket_url, additional_headers=headers, compression=None, open_timeout=30)
 
@@ -353,15 +355,15 @@ def test_a_revoked_keys_connection_is_closed_within_the_key_check_time(live):
     acme = new_tenant(live, "acme")
     assert live.system_db is not None
     key = create_key(live.system_db, acme.tenant_id, new_id, scopes=frozenset({Scope.JOBS_READ}))
-    connection = raw_connect(live, key.api_key)
-    connection.send(json.dumps({"action": "subscribe"}))
-    assert receive(connection)["type"] == "subscribed"
+    with raw_connect(live, key.api_key) as connection:
+        connection.send(json.dumps({"action": "subscribe"}))
+        assert receive(connection)["type"] == "subscribed"
 
-    revoke_key(live.system_db, SystemClock(), acme.tenant_id, key.key_id)
-    revoked_at = time.monotonic()
-    with pytest.raises(ConnectionClosed) as closed:
-        connection.recv(timeout=WAIT_SECONDS)
-    took = time.monotonic() - revoked_at
+        revoke_key(live.system_db, SystemClock(), acme.tenant_id, key.key_id)
+        revoked_at = time.monotonic()
+        with pytest.raises(ConnectionClosed) as closed:
+            connection.recv(timeout=WAIT_SECONDS)
+        took = time.monotonic() - revoked_at
 
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
     # Checked every KEY_CHECK_SECONDS by a sweep that runs each second (the deployed bound is
@@ -375,8 +377,8 @@ def test_the_handshake_needs_a_key_allowed_to_read_jobs(live):
     writer = create_key(live.system_db, acme.tenant_id, new_id, scopes=frozenset({Scope.JOBS_WRITE}))
 
     for api_key in (None, "tg_not-a-real-key", writer.api_key):
-        with pytest.raises(InvalidStatus) as refused:
-            raw_connect(live, api_key)
+        with pytest.raises(InvalidStatus) as refused, raw_connect(live, api_key):
+            pass
         assert refused.value.response.status_code == 401, api_key
 
 
@@ -384,8 +386,7 @@ def test_bad_messages_get_an_error_and_change_nothing(narrow):
     acme = new_tenant(narrow, "acme")
     assert narrow.system_db is not None
     submit(acme, 2, seed=41)
-    connection = raw_connect(narrow, acme.api_key)
-    try:
+    with raw_connect(narrow, acme.api_key) as connection:
         bad = [
             "not json",
             json.dumps({"action": "unsubscribe"}),
@@ -405,19 +406,15 @@ def test_bad_messages_get_an_error_and_change_nothing(narrow):
 
         connection.send(json.dumps({"action": "subscribe", "cursor": 2}))
         assert receive(connection) == {"type": "subscribed", "cursor": 2, "latest": 2}
-    finally:
-        connection.close()
 
 
 def test_the_tenants_connection_cap_refuses_the_next_connection(narrow):
     acme = new_tenant(narrow, "acme")
-    held = [raw_connect(narrow, acme.api_key) for _ in range(2)]
-    try:
-        with pytest.raises(InvalidStatus) as refused:
-            raw_connect(narrow, acme.api_key)
+    with ExitStack() as held:
+        for _ in range(2):
+            held.enter_context(raw_connect(narrow, acme.api_key))
+        with pytest.raises(InvalidStatus) as refused, raw_connect(narrow, acme.api_key):
+            pass
         assert refused.value.response.status_code == 429
-        other = raw_connect(narrow, new_tenant(narrow, "other").api_key)  # another tenant's own cap
-        other.close()
-    finally:
-        for connection in held:
-            connection.close()
+        with raw_connect(narrow, new_tenant(narrow, "other").api_key):  # another tenant's own cap
+            pass
