@@ -4,13 +4,11 @@
 from __future__ import annotations
 
 import aws_cdk as cdk
-from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from stacks.config import StageConfig
+from stacks.constructs.fifo_pair import add_fifo_pair
 from tollgate.jobtypes.base import JobType
-
-DLQ_RETENTION = cdk.Duration.days(14)
 
 
 def construct_name(job_type: JobType) -> str:
@@ -27,35 +25,14 @@ class JobQueue(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         self.job_type = job_type
-        name = f"tollgate-{config.stage}-{job_type.queue}"
-        # SQS-managed encryption: no key policy for the relay, the worker and the support CLI to share,
-        # and messages carry event ids and routing data, never documents.
-        self.dead_letters = sqs.Queue(
+        # A signal nobody took in for the type's retention is not needed: the job is in PostgreSQL, where the
+        # worker's own claim scans find it. Failed messages keep 14 days in the DLQ, whose clock restarts on
+        # the move for FIFO queues.
+        self.queue, self.dead_letters = add_fifo_pair(
             self,
-            "DeadLetters",
-            queue_name=f"{name}-dlq.fifo",
-            fifo=True,
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            retention_period=DLQ_RETENTION,
-            removal_policy=config.cdk_removal_policy,
-        )
-        self.queue = sqs.Queue(
-            self,
-            "Queue",
-            queue_name=f"{name}.fifo",
-            fifo=True,
-            # The relay sets MessageDeduplicationId to the event id, so a republished event is dropped.
-            content_based_deduplication=False,
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
+            name=f"tollgate-{config.stage}-{job_type.queue}",
+            config=config,
             visibility_timeout=cdk.Duration.seconds(config.jobs_queue_visibility_seconds),
-            # A signal nobody took in for the type's retention is not needed: the job is in PostgreSQL, where
-            # the worker's own claim scans find it. Failed messages keep 14 days in the DLQ, whose clock
-            # restarts on the move for FIFO queues.
             retention_period=cdk.Duration.days(job_type.message_retention_days),
-            dead_letter_queue=sqs.DeadLetterQueue(
-                queue=self.dead_letters, max_receive_count=config.jobs_queue_max_receive_count
-            ),
-            removal_policy=config.cdk_removal_policy,
+            max_receive_count=config.jobs_queue_max_receive_count,
         )

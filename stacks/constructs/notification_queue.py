@@ -5,11 +5,10 @@
 from __future__ import annotations
 
 import aws_cdk as cdk
-from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from stacks.config import StageConfig
-from stacks.constructs.job_queue import DLQ_RETENTION
+from stacks.constructs.fifo_pair import add_fifo_pair
 
 # A message only says "this tenant has events up to seq n"; the notifier reads the events themselves from
 # PostgreSQL, so a message older than the replay window (at most a day by default) has nothing left to say.
@@ -30,31 +29,11 @@ class NotificationQueue(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig) -> None:
         super().__init__(scope, construct_id)
-        name = f"tollgate-{config.stage}-notifications"
-        # SQS-managed encryption as for the job queues: messages carry tenant ids and sequence numbers only.
-        self.dead_letters = sqs.Queue(
+        self.queue, self.dead_letters = add_fifo_pair(
             self,
-            "DeadLetters",
-            queue_name=f"{name}-dlq.fifo",
-            fifo=True,
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            retention_period=DLQ_RETENTION,
-            removal_policy=config.cdk_removal_policy,
-        )
-        self.queue = sqs.Queue(
-            self,
-            "Queue",
-            queue_name=f"{name}.fifo",
-            fifo=True,
-            # The relay sets MessageDeduplicationId to the event id, so a republished event is dropped.
-            content_based_deduplication=False,
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
+            name=f"tollgate-{config.stage}-notifications",
+            config=config,
             visibility_timeout=VISIBILITY_TIMEOUT,
             retention_period=MESSAGE_RETENTION,
-            dead_letter_queue=sqs.DeadLetterQueue(
-                queue=self.dead_letters, max_receive_count=MAX_RECEIVE_COUNT
-            ),
-            removal_policy=config.cdk_removal_policy,
+            max_receive_count=MAX_RECEIVE_COUNT,
         )
