@@ -23,7 +23,7 @@ from stacks.config import WAF_RATE_WINDOW_SECONDS, StageConfig, settings_environ
 from stacks.constructs.api_firewall import ApiFirewall
 from stacks.constructs.documents_access import ExportedDocumentsBucket
 from stacks.constructs.entrypoint_function import EntrypointFunction
-from stacks.constructs.lambda_packaging import DATABASE_CA_ENVIRONMENT, DependenciesLayer, function_code
+from stacks.constructs.lambda_packaging import DependenciesLayer, function_code, lambda_database_environment
 from stacks.constructs.nag import acknowledge
 from stacks.constructs.problem_responses import ProblemGatewayResponses
 
@@ -76,15 +76,10 @@ class ApiStack(cdk.Stack):
         super().__init__(scope, construct_id, env=config.environment, **kwargs)
         code = function_code()
         layer = DependenciesLayer(self, "Dependencies", layer_dir=config.layer_dir).layer
-        database_environment = {
-            "DATABASE_SECRET_ARN": database_secret.secret_arn,
-            "DATABASE_HOST": database_endpoint,
-            **DATABASE_CA_ENVIRONMENT,
-            # One request at a time per execution environment; RDS Proxy does the pooling across them.
-            "DATABASE_POOL_SIZE": "1",
-            # Where the cluster pauses: long enough for its resume, still under the 25 s below.
-            **config.database_wait_environment(),
-        }
+        # Where the cluster pauses, its waits are long enough for its resume, still under the 25 s below.
+        database_environment = lambda_database_environment(
+            config, database_secret.secret_arn, database_endpoint
+        )
 
         self.api_handler = EntrypointFunction(
             self,

@@ -20,7 +20,7 @@ from constructs import Construct
 
 from stacks.config import StageConfig, settings_environment
 from stacks.constructs.entrypoint_function import EntrypointFunction
-from stacks.constructs.lambda_packaging import DATABASE_CA_ENVIRONMENT, DependenciesLayer, function_code
+from stacks.constructs.lambda_packaging import DependenciesLayer, function_code, lambda_database_environment
 from stacks.constructs.nag import acknowledge
 from tollgate.delivery import DISPATCHER_DEFINITION
 from tollgate.delivery.ssrf import FIRST_UNPRIVILEGED_PORT, HTTPS_PORT
@@ -97,12 +97,8 @@ class DeliveryStack(cdk.Stack):
             vpc=vpc,
             security_groups=[database_clients, self.receivers],
             environment={
-                "DATABASE_SECRET_ARN": database_secret.secret_arn,
-                "DATABASE_HOST": database_endpoint,
-                **DATABASE_CA_ENVIRONMENT,
-                # One attempt per execution environment; RDS Proxy does the pooling across them.
-                "DATABASE_POOL_SIZE": "1",
-                **config.database_wait_environment(),
+                # One attempt per execution environment.
+                **lambda_database_environment(config, database_secret.secret_arn, database_endpoint),
                 **settings_environment(config.webhooks),
             },
             # Above the sender's own total cap plus the database work around it, so a slow receiver ends

@@ -27,7 +27,7 @@ from constructs import Construct
 
 from stacks.config import StageConfig, settings_environment
 from stacks.constructs.entrypoint_function import EntrypointFunction
-from stacks.constructs.lambda_packaging import DATABASE_CA_ENVIRONMENT, DependenciesLayer, function_code
+from stacks.constructs.lambda_packaging import DependenciesLayer, function_code, lambda_database_environment
 from stacks.constructs.nag import acknowledge
 from stacks.constructs.notification_queue import NOTIFIER_TIMEOUT
 from tollgate.notify.connections import BY_TENANT_INDEX, CONNECTION_ID, TENANT_ID, TTL_ATTRIBUTE
@@ -91,14 +91,9 @@ class NotificationsStack(cdk.Stack):
             "vpc": vpc,
             "security_groups": [database_clients],
         }
-        database_environment = {
-            "DATABASE_SECRET_ARN": database_secret.secret_arn,
-            "DATABASE_HOST": database_endpoint,
-            **DATABASE_CA_ENVIRONMENT,
-            # One request or batch at a time per execution environment; RDS Proxy pools across them.
-            "DATABASE_POOL_SIZE": "1",
-            **config.database_wait_environment(),
-        }
+        database_environment = lambda_database_environment(
+            config, database_secret.secret_arn, database_endpoint
+        )
 
         self.connections = dynamodb.Table(
             self,

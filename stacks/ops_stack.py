@@ -31,7 +31,7 @@ from stacks.config import StageConfig
 from stacks.constructs.documents_access import DocumentsReadAccess, ExportedDocumentsBucket
 from stacks.constructs.entrypoint_function import EntrypointFunction
 from stacks.constructs.job_queue import JobQueue
-from stacks.constructs.lambda_packaging import DATABASE_CA_ENVIRONMENT, DependenciesLayer, function_code
+from stacks.constructs.lambda_packaging import DependenciesLayer, function_code, lambda_database_environment
 
 # Longer than a paced redrive of the CLI's default 100 letters at 5 a second; the CLI waits as long.
 OPS_TIMEOUT = cdk.Duration.minutes(5)
@@ -74,12 +74,8 @@ class OpsStack(cdk.Stack):
             security_groups=[database_clients],
             environment={
                 # Work across tenants: OpsSettings' role default is tollgate_system.
-                "DATABASE_SECRET_ARN": database_secret.secret_arn,
-                "DATABASE_HOST": database_endpoint,
-                **DATABASE_CA_ENVIRONMENT,
                 # One command at a time per instance.
-                "DATABASE_POOL_SIZE": "1",
-                **config.database_wait_environment(),
+                **lambda_database_environment(config, database_secret.secret_arn, database_endpoint),
                 "JOB_QUEUE_URLS": self.to_json_string(
                     {name: pair.queue.queue_url for name, pair in job_queues.items()}
                 ),

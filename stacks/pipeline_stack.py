@@ -22,7 +22,7 @@ from stacks.config import StageConfig, settings_environment
 from stacks.constructs.documents_access import DocumentsRetentionAccess, ExportedDocumentsBucket
 from stacks.constructs.entrypoint_function import EntrypointFunction
 from stacks.constructs.job_queue import JobQueue, construct_name
-from stacks.constructs.lambda_packaging import DATABASE_CA_ENVIRONMENT, DependenciesLayer, function_code
+from stacks.constructs.lambda_packaging import DependenciesLayer, function_code, lambda_database_environment
 from stacks.constructs.notification_queue import NotificationQueue
 from tollgate.jobtypes.registry import JOB_TYPES
 
@@ -69,13 +69,9 @@ class PipelineStack(cdk.Stack):
             "security_groups": [database_clients],
         }
         # Both functions work across tenants; DatabaseSettings' role default for them is tollgate_system.
-        database_environment = {
-            "DATABASE_SECRET_ARN": database_secret.secret_arn,
-            "DATABASE_HOST": database_endpoint,
-            **DATABASE_CA_ENVIRONMENT,
-            "DATABASE_POOL_SIZE": "1",
-            **config.database_wait_environment(),
-        }
+        database_environment = lambda_database_environment(
+            config, database_secret.secret_arn, database_endpoint
+        )
 
         self.relay = EntrypointFunction(
             self,

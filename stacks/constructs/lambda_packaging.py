@@ -22,7 +22,7 @@ from layers.build import (
     source_fingerprint,
 )
 from layers.database_ca import LAYER_RELATIVE_PATH
-from stacks.config import REPO_ROOT
+from stacks.config import REPO_ROOT, StageConfig
 
 __all__ = [
     "DATABASE_CA_ENVIRONMENT",
@@ -31,6 +31,7 @@ __all__ = [
     "RUNTIME_FOLDERS",
     "DependenciesLayer",
     "function_code",
+    "lambda_database_environment",
 ]
 
 LAMBDA_RUNTIME = lambda_.Runtime.PYTHON_3_13
@@ -38,6 +39,20 @@ LAMBDA_ARCHITECTURE = lambda_.Architecture.ARM_64
 # What every Lambda that connects to PostgreSQL verifies the server with: the layer's bundle of public roots
 # (RDS Proxy) and Amazon's RDS roots (the cluster itself), written by layers/build.py (layers/database_ca.py).
 DATABASE_CA_ENVIRONMENT = {"DATABASE_CA_BUNDLE": f"{LAYER_MOUNT}/{LAYER_RELATIVE_PATH.as_posix()}"}
+
+
+def lambda_database_environment(config: StageConfig, secret_arn: str, endpoint: str) -> dict[str, str]:
+    """How a Lambda reaches the database: the secret, the host (RDS Proxy), the CA bundle in the layer, one
+    connection (one request, batch or command at a time per execution environment; the proxy pools across
+    them), and waits long enough for a paused cluster to resume."""
+    return {
+        "DATABASE_SECRET_ARN": secret_arn,
+        "DATABASE_HOST": endpoint,
+        **DATABASE_CA_ENVIRONMENT,
+        "DATABASE_POOL_SIZE": "1",
+        **config.database_wait_environment(),
+    }
+
 
 # Git-style patterns: drop every top-level entry, then re-admit the runtime folders. Excluding by
 # allow-list means a new top-level folder (a venv, cdk.out, a benchmark dump) never leaks into the zip.
