@@ -467,6 +467,8 @@ def run(config: Config, console: Console) -> dict[str, Any]:
             "aws": "moto in the benchmark process (LocalAws), with bench.relay_aws's fix that keeps an SQS "
             "send's cost independent of the queue's depth (no worker reads the job queues, so they fill)",
             "notification_overrides": overrides,
+            "submit_threads": SUBMIT_THREADS,
+            "cancel_threads": config.cancel_threads,
             "submit": f"ApiClient over HTTP, {SUBMIT_THREADS} threads, clean sample invoices; the relay "
             "drains the outbox before the clients connect",
             "cancel": f"cancel_job (the API's cancel use case) on build_api's acceptance deps with the "
@@ -540,8 +542,7 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     parser.add_argument(
         "--shapes",
         default=",".join(f"{j}x{c}" for j, c in SHAPES),
-        help="JOBSxCLIENTS,... in the order they run; the first is compared with the second "
-        "(default 1000x50,1000x10)",
+        help="JOBSxCLIENTS,... in the order they run; the first two are compared (default 1000x50,1000x10)",
     )
     parser.add_argument(
         "--cancel-threads", type=int, default=CANCEL_THREADS, help="threads cancelling (default 4)"
