@@ -90,6 +90,7 @@ bench: setup ## Run the benchmarks; results go to bench/results/, figures to BEN
 	$(RUN) -m bench.batch_path
 	$(RUN) -m bench.scale
 	$(RUN) -m bench.openloop
+	$(RUN) -m bench.live_notifications
 	$(RUN) -m bench.report
 
 # Not part of `make bench`: it downloads 1.1 GB once (into .cache/bench-model/) and takes 30-50 s a

@@ -34,6 +34,7 @@ BENCHMARKS = (
     "batch_path",
     "scale",
     "openloop",
+    "live_notifications",
     "accuracy",
     "model_accuracy",
 )
@@ -1689,6 +1690,9 @@ def summary_rows(results: Mapping[str, Doc]) -> list[list[str]]:
     openloop = results.get("openloop")
     if openloop:
         rows += openloop_summary(openloop)
+    live = results.get("live_notifications")
+    if live:
+        rows += live_notifications_summary(live)
     accuracy = results.get("accuracy")
     if accuracy:
         rows.append(
@@ -2015,6 +2019,127 @@ def openloop_summary(doc: Doc) -> list[list[str]]:
     return rows
 
 
+# ---------------------------------------------------------------------------------- live notifications
+
+# Delivery kept pace with the jobs finishing when every client had its last message within this share of
+# the time the cancels took, counted from the last cancel.
+KEPT_PACE_LAG_SHARE = 0.10
+
+
+def _shape_name(shape: Doc) -> str:
+    return f"{shape['jobs']:,} jobs {TIMES} {shape['clients']} clients"
+
+
+def _by_key(doc: Doc, key: str) -> Doc:
+    return next(shape for shape in doc["shapes"] if shape["key"] == key)
+
+
+def live_notifications_section(doc: Doc) -> list[str]:
+    config, shapes, comparison = doc["config"], doc["shapes"], doc.get("comparison")
+    overrides = config["notification_overrides"]
+    lines = [
+        "## Live notifications: every job's state change to every listening client",
+        "",
+        *provenance("live_notifications", doc),
+        "The local system in the benchmark process, without workers: moto (with the relay benchmark's fix "
+        "that keeps an SQS send's cost independent of the queue's depth, since no worker empties the job "
+        "queues), the API behind the local gateway, the relay, the notifier and the WebSocket server on "
+        f"127.0.0.1, {overrides['max_connections_per_tenant']} connections allowed per tenant. For each "
+        f"shape a fresh tenant submits its jobs over HTTP ({config['submit_threads']} threads) and the relay "
+        "publishes them; then `tollgate_dev.live_load` connects the clients from a process of its own (one "
+        "asyncio loop), each subscribed from the tenant's latest event, and once all are subscribed every "
+        "job is cancelled through `cancel_job`, the use case the API's cancel route calls, on "
+        f"{config['cancel_threads']} threads without HTTP, so each job's one state change (CANCELLED) goes "
+        "through the relay and the notifier to every client. *Cancels* is the first cancel sent to the last "
+        "one committed; *lag* is from then until the clients' process reported every client at its last "
+        "message; *total* is both; *client s* is each client's own time from its subscribe to its last "
+        "message. Every client must get every change once and in order, ending at the tenant's latest "
+        "sequence number, or the run fails and writes no results"
+        + (
+            f" (a warm-up of {_shape_name(config['warmup'])} runs first and is not reported)."
+            if config.get("warmup")
+            else "."
+        ),
+        "",
+    ]
+    rows = []
+    for shape in shapes:
+        seconds = shape["client_seconds"]
+        rows.append(
+            [
+                _shape_name(shape),
+                f"{shape['messages_delivered']:,} of {shape['expected_messages']:,}",
+                f"{num(shape['cancel_s'])} s ({num(shape['cancels_per_s'], 0)}/s)",
+                f"{num(shape['lag_s'], 2)} s",
+                f"{num(shape['total_s'])} s",
+                num(shape["messages_per_s"], 0),
+                f"{num(seconds['p50_s'])} / {num(seconds['p95_s'])} / {num(seconds['max_s'])}",
+            ]
+        )
+    lines += table(
+        [
+            "shape",
+            "messages delivered",
+            "cancels",
+            "lag after the last cancel",
+            "total",
+            "messages/s",
+            "client s p50 / p95 / max",
+        ],
+        rows,
+        right=range(1, 7),
+    )
+    lines.append("")
+    if comparison:
+        larger, smaller = _by_key(doc, comparison["larger"]), _by_key(doc, comparison["smaller"])
+        lag = comparison["lag_ratio"]
+        lines += [
+            f"{_shape_name(larger)} against {_shape_name(smaller)}, same run: "
+            f"{times(comparison['messages_ratio'])} the messages in {times(comparison['total_ratio'])} the "
+            f"total time ({times(comparison['total_per_message_ratio'])} per message); the cancels took "
+            f"{times(comparison['cancel_ratio'])} as long, the lag after them "
+            f"{'-' if lag is None else times(lag)}.",
+            "",
+        ]
+    behind = [s for s in shapes if s["lag_s"] > KEPT_PACE_LAG_SHARE * s["cancel_s"]]
+    if behind:
+        lines += [
+            "**Delivery fell behind the cancels** in "
+            + ", ".join(
+                f"{_shape_name(s)} (the last message reached every client {num(s['lag_s'], 2)} s after the "
+                "last cancel)"
+                for s in behind
+            )
+            + ": there the total measures delivery itself.",
+            "",
+        ]
+    else:
+        lines += [
+            "Delivery kept pace with the cancels in every shape: the last message reached every client "
+            f"within {pct(KEPT_PACE_LAG_SHARE, 0)} of the cancels' duration after the last cancel. The total "
+            "is then mostly how fast the jobs finished, and the lag is the part that is delivery's alone.",
+            "",
+        ]
+    return lines
+
+
+def live_notifications_summary(doc: Doc) -> list[list[str]]:
+    comparison = doc.get("comparison")
+    if not comparison:
+        return []
+    larger, smaller = _by_key(doc, comparison["larger"]), _by_key(doc, comparison["smaller"])
+    return [
+        [
+            f"live notifications, {_shape_name(larger)}: first cancel to every client's last message",
+            f"{num(larger['total_s'])} s",
+            f"{_shape_name(smaller)} ({num(comparison['messages_ratio'], 0)}{TIMES} fewer messages): "
+            f"{num(smaller['total_s'])} s",
+            times(comparison["total_ratio"]),
+            f"`live_notifications.json` {run_date(doc)}",
+        ]
+    ]
+
+
 # ---------------------------------------------------------------------------------------------- render
 
 SECTIONS: dict[str, Callable[[Doc], list[str]]] = {
@@ -2028,6 +2153,7 @@ SECTIONS: dict[str, Callable[[Doc], list[str]]] = {
     "batch_path": batch_path_section,
     "scale": scale_section,
     "openloop": openloop_section,
+    "live_notifications": live_notifications_section,
     "accuracy": accuracy_section,
     "model_accuracy": model_accuracy_section,
 }

@@ -204,3 +204,20 @@ def test_a_batch_path_run_with_problems_says_so(results_copy):
     edit(results_copy / "batch_path.json", unsettled)
     text = report.render(report.load_results(results_copy))
     assert "**Problems in this run:** batch: jobs still unsettled after 600 s." in text
+
+
+def test_live_notifications_say_when_delivery_fell_behind_the_cancels(results_copy):
+    # Given a live notifications run in which the larger shape's last message reached every client long
+    # after the last cancel (a lag of half the time the cancels took)
+    def behind(document):
+        larger = document["shapes"][0]
+        larger["lag_s"] = larger["cancel_s"] / 2
+
+    text = report.render(report.load_results(results_copy))
+    assert "Delivery kept pace with the cancels in every shape" in text
+    edit(results_copy / "live_notifications.json", behind)
+
+    # Then the section says delivery fell behind in that shape, rather than that it kept pace
+    text = report.render(report.load_results(results_copy))
+    assert f"**Delivery fell behind the cancels** in 1,000 jobs {report.TIMES} 50 clients" in text
+    assert "Delivery kept pace with the cancels" not in text
