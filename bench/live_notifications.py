@@ -40,7 +40,6 @@ from rich.table import Table
 from bench.acceptance import Phases, bench_queries, scratch_database, stop_on_sigterm
 from bench.drain import spread
 from bench.machine import command_line, describe_machine, load_average, write_json
-from bench.relay_aws import check_equivalence, keep_sends_independent_of_depth
 from tollgate.accept.service import AcceptanceDeps, cancel_job
 from tollgate.core.clock import new_id
 from tollgate.db import Database
@@ -48,7 +47,7 @@ from tollgate.settings import REPO_ROOT, ApiSettings
 from tollgate.tenants.keys import create_tenant
 from tollgate.tenants.suppliers import add_supplier
 from tollgate.wiring import build_api
-from tollgate_dev.local.aws import LocalAws
+from tollgate_dev.local.aws import LocalAws, check_flat_sends, keep_moto_sqs_sends_flat
 from tollgate_dev.local.client import ApiClient
 from tollgate_dev.local.logs import logs_into
 from tollgate_dev.local.loops import Loop
@@ -402,12 +401,12 @@ def run(config: Config, console: Console) -> dict[str, Any]:
             aws="moto server on 127.0.0.1, in the benchmark process",
             clients="tollgate_dev.live_load: one asyncio process, WebSockets on 127.0.0.1",
         )
-        # moto's SQS send scans every message already in the queue several times (bench/relay_aws.py), so
+        # moto's SQS send scans every message already in the queue several times (tollgate_dev.local.aws), so
         # the relay's sends of a thousand submissions would slow down with each one and take the CPU the
         # system under test needs; real SQS has no such cost. The same fix as the relay benchmark's, checked
         # against moto's own answer first.
-        keep_sends_independent_of_depth()
-        check_equivalence()
+        keep_moto_sqs_sends_flat()
+        check_flat_sends()
         aws = LocalAws()
         with phases("moto start"):
             aws.start()

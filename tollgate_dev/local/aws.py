@@ -1,6 +1,6 @@
 """moto as the AWS endpoint for local runs and tests: a real HTTP server on 127.0.0.1, the resources the
-stacks would create (queues, the results bus with an example rule), and the one patch moto needs to keep
-DynamoDB's per-item atomicity."""
+stacks would create (queues, the results bus with an example rule), the one patch moto needs to keep
+DynamoDB's per-item atomicity, and one that keeps an SQS send's cost from growing with the queue's depth."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -216,3 +216,89 @@ def serialize_moto_dynamodb() -> Callable[[], None]:
         DynamoHandler.call_action = original  # type: ignore[method-assign]
 
     return undo
+
+
+# The one queue attribute moto reads on every send, which the patch below answers from the queue's field.
+DEDUPLICATION_FLAG = "ContentBasedDeduplication"
+
+
+class _QueueAttributes(Mapping[str, Any]):
+    """moto's attribute dict of a queue, built only when asked for more than the deduplication flag."""
+
+    def __init__(self, queue: Any, build: Callable[[Any], dict[str, Any]]) -> None:
+        self._queue = queue
+        self._build = build
+        self._built: dict[str, Any] | None = None
+
+    def _all(self) -> dict[str, Any]:
+        if self._built is None:
+            self._built = self._build(self._queue)
+        return self._built
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key == DEDUPLICATION_FLAG:
+            # moto lists the flag for FIFO queues only, lower-cased like every boolean attribute it reports.
+            if not self._queue.fifo_queue:
+                return default
+            value = self._queue.content_based_deduplication
+            return str(value).lower() if isinstance(value, bool) else value
+        return self._all().get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._all()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+class FlatAttributesProperty(property):
+    """Marks moto's ``Queue.attributes`` as patched: a second system in the process does not patch twice."""
+
+
+def keep_moto_sqs_sends_flat() -> Callable[[], None]:
+    """Makes an in-process moto's SQS sends cost the same at any queue depth; returns the undo.
+
+    moto 5 answers every ``queue.attributes.get("ContentBasedDeduplication")`` by building the whole
+    attribute dict, which includes three approximate message counts, each a scan of every message in the
+    queue with a clock read per message, six times per message sent: a SendMessageBatch of 10 into a queue
+    holding 1,000 messages took about a second instead of a few milliseconds, and a burst of a thousand jobs
+    with no worker taking them (tests, benchmarks) spent minutes of CPU there. Real SQS has no such cost.
+    The flag is answered from the queue's own field; every other read of the attributes, GetQueueAttributes
+    included, runs moto's code unchanged (``check_flat_sends`` compares the two answers).
+    """
+    from moto.sqs.models import Queue
+
+    original = Queue.__dict__["attributes"]
+    if isinstance(original, FlatAttributesProperty):
+        return lambda: None
+    build = original.fget
+    Queue.attributes = FlatAttributesProperty(lambda queue: _QueueAttributes(queue, build))  # type: ignore[assignment,method-assign]
+
+    def undo() -> None:
+        Queue.attributes = original  # type: ignore[method-assign]
+
+    return undo
+
+
+def check_flat_sends() -> None:
+    """The patched flag must say what moto's attribute dict says, for both kinds of queue and both settings
+    of the flag; RuntimeError otherwise."""
+    from moto.sqs import models
+
+    # moto's type stubs call Queue abstract; it is the class moto itself instantiates for every queue.
+    queue: Any = models.Queue
+    samples = [
+        queue("check-std", "eu-west-1", "000000000000"),
+        queue("check.fifo", "eu-west-1", "000000000000", FifoQueue="true"),
+        queue(
+            "check-cbd.fifo", "eu-west-1", "000000000000", FifoQueue="true", ContentBasedDeduplication="true"
+        ),
+    ]
+    for sample in samples:
+        fast = sample.attributes.get(DEDUPLICATION_FLAG)
+        full = dict(sample.attributes.items()).get(DEDUPLICATION_FLAG)
+        if fast != full:
+            raise RuntimeError(f"{sample.name}: the patched flag says {fast!r}, moto says {full!r}")

@@ -68,6 +68,7 @@ from tollgate_dev.local.aws import (
     create_limiter_table,
     create_results_bus,
     dlq_urls,
+    keep_moto_sqs_sends_flat,
     queue_urls,
     serialize_moto_dynamodb,
 )
@@ -208,6 +209,9 @@ class LocalStack:
             self.aws = LocalAws()
             self.aws.start()
             self._closers.append(self.aws.stop)
+        # Job bursts with no worker taking them (tests, a stopped worker) keep queues deep: moto's sends must
+        # not slow down with them.
+        self._closers.append(keep_moto_sqs_sends_flat())
         create_documents_bucket(LOCAL_BUCKET)
         self.queues = create_job_type_queues(self.resource_prefix)
         self._unless_cancelled()
