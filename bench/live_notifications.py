@@ -403,8 +403,8 @@ def run(config: Config, console: Console) -> dict[str, Any]:
         )
         # moto's SQS send scans every message already in the queue several times (tollgate_dev.local.aws), so
         # the relay's sends of a thousand submissions would slow down with each one and take the CPU the
-        # system under test needs; real SQS has no such cost. The same fix as the relay benchmark's, checked
-        # against moto's own answer first.
+        # system under test needs; real SQS has no such cost. Every local system applies the fix as it starts;
+        # here it is applied first so that it is checked against moto's own answer before anything runs.
         keep_moto_sqs_sends_flat()
         check_flat_sends()
         aws = LocalAws()
@@ -463,7 +463,7 @@ def run(config: Config, console: Console) -> dict[str, Any]:
             if config.warmup is None
             else {"jobs": config.warmup.jobs, "clients": config.warmup.clients},
             "workers": 0,
-            "aws": "moto in the benchmark process (LocalAws), with bench.relay_aws's fix that keeps an SQS "
+            "aws": "moto in the benchmark process (LocalAws), with the local system's fix that keeps an SQS "
             "send's cost independent of the queue's depth (no worker reads the job queues, so they fill)",
             "notification_overrides": overrides,
             "submit_threads": SUBMIT_THREADS,

@@ -2041,7 +2041,7 @@ def live_notifications_section(doc: Doc) -> list[str]:
         "## Live notifications: every job's state change to every listening client",
         "",
         *provenance("live_notifications", doc),
-        "The local system in the benchmark process, without workers: moto (with the relay benchmark's fix "
+        "The local system in the benchmark process, without workers: moto (with the local system's fix "
         "that keeps an SQS send's cost independent of the queue's depth, since no worker empties the job "
         "queues), the API behind the local gateway, the relay, the notifier and the WebSocket server on "
         f"127.0.0.1, {overrides['max_connections_per_tenant']} connections allowed per tenant. For each "
