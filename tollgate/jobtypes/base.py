@@ -11,7 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tollgate.jobtypes.evidence import Evidence, locate, pages_containing
+from tollgate.jobtypes.evidence import Evidence
+from tollgate.jobtypes.printed import Located
 from tollgate.jobtypes.schemas import sent_json_schema
 
 
@@ -27,6 +28,8 @@ class TenantPolicy:
 
     allowed_currencies: frozenset[str]
     suppliers: tuple[KnownSupplier, ...]
+    # An IBAN of a supplier with none on file goes to review (iban_unverified) unless the tenant accepts it.
+    accept_unverified_iban: bool = False
 
 
 @dataclass(frozen=True)
@@ -43,22 +46,20 @@ class Reason:
 class ValidationReport:
     policy_version: str
     reasons: list[Reason] = field(default_factory=list)
+    # Where the policy found each value, by field path (policies from validation.v3 on): what the result
+    # records and the review view shows.
+    located: dict[str, Located] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
         return not self.reasons
 
+    def located_json(self, pages: Sequence[str]) -> list[dict[str, object]]:
+        """Where each value was found, as the result records it (field, page, span, printed text, label)."""
+        return [located.as_dict(pages) for located in self.located.values()]
+
     def fail(self, code: str, field_name: str, detail: str) -> None:
         self.reasons.append(Reason(code, field_name, detail))
-
-    def require_evidence(self, field_name: str, evidence: Evidence | None, pages: Sequence[str]) -> None:
-        """A value's evidence must be given and printed on the page it names."""
-        if evidence is None:
-            self.fail("evidence_missing", field_name, "no evidence given")
-        elif locate(evidence, pages) is None:
-            elsewhere = pages_containing(evidence.quote, pages)
-            where = f"; it is printed on page {elsewhere[0]}" if elsewhere else "; it is printed nowhere"
-            self.fail("evidence_not_found", field_name, f"the quote is not on page {evidence.page}{where}")
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,23 @@
 """Evidence resolved against the OCR text, for every job type: each quote becomes a character span of the
 page it names.
 
-A quote matches its page with runs of whitespace counted as one space (OCR spacing is not the value), and
-nothing else relaxed. The span is in the page as stored, so a reviewer can be shown the text around it.
+A quote matches its page with runs of whitespace counted as one space (OCR spacing is not the value), as
+whole tokens, and nothing else relaxed. The span is in the page as stored, so a reviewer can be shown the text
+around it. From policy validation.v3 on, a quote is only a hint: the policies find values themselves
+(``tollgate.jobtypes.printed``).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from tollgate.jobtypes.printed import Span, find_whole, text_pattern
+
+__all__ = ["MAX_PAGES", "Evidence", "ResolvedEvidence", "Span", "context", "locate", "pages_containing"]
 
 # Pages a document may have (the acceptance limit); evidence cannot point past them.
 MAX_PAGES = 1000
@@ -32,49 +37,25 @@ class Evidence(BaseModel):
 CONTEXT_CHARS = 160
 
 
-@dataclass(frozen=True)
-class Span:
-    page: int  # counting from 1, as the evidence names it
-    start: int  # character offsets into the stored page text
-    end: int
-
-    def as_dict(self) -> dict[str, int]:
-        return {"page": self.page, "start": self.start, "end": self.end}
-
-
-def _collapsed(text: str) -> tuple[str, list[int]]:
-    """``text`` with whitespace runs as one space, and for each kept character its offset in ``text``."""
-    chars: list[str] = []
-    offsets: list[int] = []
-    for match in re.finditer(r"\s+|\S+", text):
-        if match.group().isspace():
-            if chars and chars[-1] != " ":
-                chars.append(" ")
-                offsets.append(match.start())
-        else:
-            chars.extend(match.group())
-            offsets.extend(range(match.start(), match.end()))
-    return "".join(chars), offsets
-
-
 def locate(evidence: Evidence, pages: Sequence[str]) -> Span | None:
-    """Where the quote is printed on its page (the first place), or None when it is not there."""
+    """Where the quote is printed on its page as whole tokens (the first place), or None when it is not
+    there: a quote that starts or ends inside a token ("0001" of "00014") is not printed."""
     if not 1 <= evidence.page <= len(pages):
         return None
-    quote = " ".join(evidence.quote.split())
-    if not quote:
+    pattern = text_pattern(evidence.quote)
+    if pattern is None:
         return None
-    text, offsets = _collapsed(pages[evidence.page - 1])
-    at = text.find(quote)
-    if at < 0:
-        return None
-    return Span(evidence.page, offsets[at], offsets[at + len(quote) - 1] + 1)
+    return next(find_whole(pattern, pages[evidence.page - 1], evidence.page), None)
 
 
 def pages_containing(quote: str, pages: Sequence[str]) -> list[int]:
     """The pages (from 1) a quote does occur on, to say where misplaced evidence really is."""
-    wanted = " ".join(quote.split())
-    return [n for n, page in enumerate(pages, start=1) if wanted and wanted in _collapsed(page)[0]]
+    pattern = text_pattern(quote)
+    if pattern is None:
+        return []
+    return [
+        n for n, page in enumerate(pages, start=1) if next(find_whole(pattern, page, n), None) is not None
+    ]
 
 
 def context(span: Span, pages: Sequence[str], chars: int = CONTEXT_CHARS) -> dict[str, str]:
