@@ -7,8 +7,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from tollgate.jobtypes.base import JobType, Routing
+from tollgate.jobtypes.document_classification import policy as classification_policy
 from tollgate.jobtypes.document_classification import prompt as classification_prompt
 from tollgate.jobtypes.document_classification import schema as classification_schema
+from tollgate.jobtypes.document_summary import policy as summary_policy
 from tollgate.jobtypes.document_summary import prompt as summary_prompt
 from tollgate.jobtypes.document_summary import schema as summary_schema
 from tollgate.jobtypes.invoice_extraction import evidence as invoice_evidence
@@ -46,8 +48,8 @@ DOCUMENT_SUMMARY = JobType(
     schema_name=summary_schema.SCHEMA_NAME,
     prompt_version=summary_prompt.PROMPT_VERSION,
     system_prompt=summary_prompt.system_prompt,
-    policy_version=summary_schema.POLICY_VERSION,
-    validate=summary_schema.validate_summary,
+    policy_version=summary_policy.POLICY_VERSION,
+    validate=summary_policy.validate_summary,
     evidence_fields=summary_schema.evidence_fields,
     routing=Routing(
         max_pages=3, max_chars=12000, max_lines=400, small_languages=frozenset({"en", "de", "fr"})
@@ -65,8 +67,8 @@ DOCUMENT_CLASSIFICATION = JobType(
     schema_name=classification_schema.SCHEMA_NAME,
     prompt_version=classification_prompt.PROMPT_VERSION,
     system_prompt=classification_prompt.system_prompt,
-    policy_version=classification_schema.POLICY_VERSION,
-    validate=classification_schema.validate_classification,
+    policy_version=classification_policy.POLICY_VERSION,
+    validate=classification_policy.validate_classification,
     evidence_fields=classification_schema.evidence_fields,
     routing=Routing(max_pages=5, max_chars=20000, max_lines=600),
     max_output_tokens=400,

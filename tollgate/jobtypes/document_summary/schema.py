@@ -1,24 +1,21 @@
-"""The summary a model writes, the options a tenant sets, and policy ``summary.v1``.
+"""The summary a model writes and the options a tenant sets; its policy is ``policy.py`` (summary.v2).
 
-A summary is free text, so what can be checked is checked: it stays within the tenant's word limit, and
-every key fact carries evidence (a page and a quote) that is printed on that page. A fact without evidence,
-or with a quote the document does not contain, fails the policy and the job goes to review.
+A summary is free text, so each key fact carries evidence (a page and a quote) that the policy reads the
+fact against.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from tollgate.core.models import Strict
-from tollgate.jobtypes.base import TenantPolicy, ValidationReport
 from tollgate.jobtypes.evidence import Evidence
 
 SCHEMA_VERSION = "summary.v1"
 SCHEMA_NAME = "document_summary_v1"
-POLICY_VERSION = "summary.v1"
 MAX_FACTS = 20
 
 LanguageHint = Annotated[str, StringConstraints(pattern=r"^[a-z]{2}$")]
@@ -57,24 +54,3 @@ def word_count(text: str) -> int:
 def evidence_fields(summary: DocumentSummary) -> Iterator[tuple[str, Evidence | None]]:
     for index, fact in enumerate(summary.key_facts):
         yield f"key_facts[{index}]", fact.evidence
-
-
-def validate_summary(
-    summary: DocumentSummary, pages: Sequence[str], options: SummaryOptions, policy: TenantPolicy
-) -> ValidationReport:
-    del policy  # a summary checks no master data
-    report = ValidationReport(POLICY_VERSION)
-    words = word_count(summary.summary)
-    if words > options.max_words:
-        report.fail("over_word_limit", "summary", f"{words} words, over the limit of {options.max_words}")
-    if not summary.key_facts:
-        report.fail("no_key_facts", "key_facts", "the summary lists no key fact")
-    if len(summary.key_facts) > options.max_facts:
-        report.fail(
-            "too_many_facts",
-            "key_facts",
-            f"{len(summary.key_facts)} facts, over the limit of {options.max_facts}",
-        )
-    for name, evidence in evidence_fields(summary):
-        report.require_evidence(name, evidence, pages)
-    return report

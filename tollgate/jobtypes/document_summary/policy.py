@@ -1,0 +1,92 @@
+"""Policy ``summary.v2``: what can be checked of a summary is checked against the printed text.
+
+A summary is free text, so the checks are about what it asserts: it stays within the tenant's limits, every
+key fact's quote is printed in the document (exact characters, whole tokens; on the page it names, or else
+where it is), every number, date and name the fact states is printed in that very quote (a fact whose
+figure differs from the line it quotes is refused), and every number or date of the summary text is one the
+document or a fact prints. ``summary.v1`` only located the quote; its results keep their version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tollgate.jobtypes.base import TenantPolicy, ValidationReport
+from tollgate.jobtypes.document_summary.schema import DocumentSummary, SummaryOptions, word_count
+from tollgate.jobtypes.printed import Located, PrintedDocument, locate_quote
+from tollgate.jobtypes.statements import dates_in, names_in, number_tokens, numbers_in, prints_name
+
+POLICY_VERSION = "summary.v2"
+
+
+def validate_summary(
+    summary: DocumentSummary, pages: Sequence[str], options: SummaryOptions, policy: TenantPolicy
+) -> ValidationReport:
+    del policy  # a summary checks no master data
+    report = ValidationReport(POLICY_VERSION)
+    words = word_count(summary.summary)
+    if words > options.max_words:
+        report.fail("over_word_limit", "summary", f"{words} words, over the limit of {options.max_words}")
+    if not summary.key_facts:
+        report.fail("no_key_facts", "key_facts", "the summary lists no key fact")
+    if len(summary.key_facts) > options.max_facts:
+        report.fail(
+            "too_many_facts",
+            "key_facts",
+            f"{len(summary.key_facts)} facts, over the limit of {options.max_facts}",
+        )
+    document = PrintedDocument(pages)
+    for index, fact in enumerate(summary.key_facts):
+        name = f"key_facts[{index}]"
+        if fact.evidence is None:
+            report.fail("evidence_missing", name, "the fact has no quote of the document")
+            continue
+        span = locate_quote(document, fact.evidence.quote, fact.evidence.page)
+        if span is None:
+            quote = " ".join(fact.evidence.quote.split())[:120]
+            report.fail("evidence_not_found", name, f"the quote {quote!r} is printed nowhere in the document")
+            continue
+        report.located[name] = Located(name, span, None)
+        _check_fact(report, name, fact.fact, document.text(span))
+    _check_summary_text(report, summary, document)
+    return report
+
+
+def _check_fact(report: ValidationReport, name: str, fact: str, quote: str) -> None:
+    """Every number, date and name the fact states is printed in its quote."""
+    quoted = numbers_in(quote)
+    for token, readings in number_tokens(fact):
+        if not readings & quoted:
+            report.fail("fact_not_in_quote", name, f"the fact says {token!r}, which its quote does not print")
+    quoted_dates = set(dates_in(quote).values())
+    for token, iso in dates_in(fact).items():
+        if iso not in quoted_dates:
+            report.fail(
+                "fact_not_in_quote", name, f"the fact says {token!r}, a date its quote does not print"
+            )
+    for word in names_in(fact):
+        if not prints_name(quote, word):
+            report.fail("fact_not_in_quote", name, f"the fact names {word!r}, which its quote does not print")
+
+
+def _check_summary_text(
+    report: ValidationReport, summary: DocumentSummary, document: PrintedDocument
+) -> None:
+    """A number or date in the summary text is one the document prints or a fact states."""
+    sources = [page.text for page in document.pages] + [fact.fact for fact in summary.key_facts]
+    printed = frozenset().union(*(numbers_in(text) for text in sources))
+    printed_dates = {iso for text in sources for iso in dates_in(text).values()}
+    for token, readings in number_tokens(summary.summary):
+        if not readings & printed:
+            report.fail(
+                "summary_number_unsupported",
+                "summary",
+                f"the summary says {token!r}, a number neither the document nor a fact prints",
+            )
+    for token, iso in dates_in(summary.summary).items():
+        if iso not in printed_dates:
+            report.fail(
+                "summary_number_unsupported",
+                "summary",
+                f"the summary says {token!r}, a date neither the document nor a fact prints",
+            )
