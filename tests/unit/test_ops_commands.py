@@ -33,6 +33,7 @@ def test_the_brief_s_command_groups_are_all_there():
         "tenants.create",
         "tenants.add-supplier",
         "tenants.set-retention",
+        "tenants.unverified-ibans",
         "tenants.budget",
         "tenants.sync-usage-keys",
         "keys.create",

@@ -197,6 +197,25 @@ class ResultReview(BaseModel):
     decided_at: datetime
 
 
+class LocatedLabel(BaseModel):
+    text: str = Field(description='The label as the page prints it ("Due:", "Total due"), or a cue word.')
+    field: str = Field(description='What the label names: the field, "column" for a row\'s header, "cue".')
+    page: int
+    start: int = Field(description="Where the label starts in that page's text (characters).")
+    end: int
+
+
+class LocatedValue(BaseModel):
+    """Where the validation policy found one value on the page, and the label that names it there."""
+
+    field: str = Field(description="The field path: total, line_items[0], key_facts[1], label, …")
+    page: int = Field(description="The page (from 1).")
+    start: int = Field(description="Where the value starts in that page's text (characters).")
+    end: int
+    text: str = Field(description="The value as the page prints it.")
+    label: LocatedLabel | None = Field(description="Null for a value that needs none (a letterhead).")
+
+
 class JobResultView(BaseModel):
     """A SUCCEEDED job's accepted result: the model's (version 1) when it passed validation, or the version a
     reviewer accepted (2): approved as it was, or corrected and re-validated."""
@@ -210,6 +229,11 @@ class JobResultView(BaseModel):
         description="Empty, except for an approved version: the reasons the reviewer overrode."
     )
     review: ResultReview | None = Field(description="Null for the model's own result.")
+    evidence: list[LocatedValue] | None = Field(
+        default=None,
+        description="Where the policy found each value on the page, with its label (policies validation.v3, "
+        "summary.v2 and classification.v2 on); null for a result judged by an earlier policy.",
+    )
     created_at: datetime
     usage: JobUsage
 

@@ -422,7 +422,9 @@ def get_job_result(db: Database, tenant_id: UUID, job_id: UUID) -> JobResultView
         review = None
         if row["decision"] is not None:
             review = ResultReview.model_validate(row)
-        return JobResultView.model_validate({**row, "review": review, "usage": JobUsage.of(row)})
+        return JobResultView.model_validate(
+            {**row, "review": review, "evidence": row["located_evidence"], "usage": JobUsage.of(row)}
+        )
     found = row if row is not None else job
     if found is None:
         raise NotFound(f"no extraction job {job_id}")

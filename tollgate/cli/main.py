@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from enum import StrEnum
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
@@ -229,6 +230,44 @@ def tenants_add_supplier(
     finally:
         db.close()
     console.print(f"supplier {supplier!r} added to {tenant}")
+
+
+class IbanPolicy(StrEnum):
+    ACCEPT = "accept"
+    REVIEW = "review"
+
+
+@tenants_app.command("unverified-ibans")
+def tenants_unverified_ibans(
+    tenant: Annotated[str, typer.Argument(help="The tenant's name.")],
+    policy: Annotated[
+        IbanPolicy,
+        typer.Argument(help="review (the default): such an invoice waits for a person; accept: it passes."),
+    ],
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+) -> None:
+    """Whether an invoice may carry an IBAN to the ERP when its supplier has none on file (so it cannot be
+    checked against master data): review sends it to a person (iban_unverified), accept lets it pass."""
+    from tollgate.core.errors import TollgateError
+    from tollgate.db import build_database
+    from tollgate.ops import models as ops
+    from tollgate.tenants.suppliers import find_tenant, set_accept_unverified_iban
+
+    accept = policy is IbanPolicy.ACCEPT
+    said = f"{tenant}: IBANs of suppliers without one on file " + ("pass" if accept else "go to review")
+    if _in_stage(ops.SetUnverifiedIbans, ops.Audited, tenant=tenant, accept=accept):
+        console.print(said)
+        return
+    url = _database_url(data_dir)
+    db = build_database(DatabaseSettings(database_url=SecretStr(url), database_role="tollgate_system"))
+    try:
+        set_accept_unverified_iban(db, find_tenant(db, tenant), accept)
+    except TollgateError as error:
+        console.print(f"[red]{error.detail}[/red]")
+        raise typer.Exit(2) from None
+    finally:
+        db.close()
+    console.print(said)
 
 
 @tenants_app.command("set-retention")

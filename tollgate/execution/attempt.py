@@ -59,10 +59,11 @@ from tollgate.events import (
 from tollgate.execution.leasing import ClaimedJob, claim_next_job, extend_lease, peek_next_job, release_job
 from tollgate.execution.limiter.base import Limiter, LimiterUnavailable, Outcome, Permit, Reservation
 from tollgate.execution.llm.client import LlmClient, LlmResult, OutcomeClass, Task
-from tollgate.jobtypes.base import Complexity, JobType, KnownSupplier, TenantPolicy, ValidationReport
+from tollgate.jobtypes.base import Complexity, JobType, TenantPolicy, ValidationReport
 from tollgate.jobtypes.registry import job_type as registered_type
 from tollgate.outbox.nudge import NoNudge, Nudger
 from tollgate.outbox.outcomes import insert_outcome_event
+from tollgate.tenants.suppliers import read_tenant_policy
 from tollgate.usage.pricing import batch_cost
 from tollgate.usage.service import announce_spend_thresholds, month_spend
 from tollgate.usage.spend import estimated_cost, month_of, next_month_start
@@ -500,12 +501,7 @@ def _alert_pool_paused(result: LlmResult) -> None:
 
 def _tenant_policy(deps: ExecutionDeps, job: ClaimedJob) -> TenantPolicy:
     with deps.db.transaction() as conn:
-        row = conn.execute(deps.db.q.tenant_validation_policy, {"tenant_id": job.tenant_id}).fetchone()
-    assert row is not None
-    suppliers = tuple(
-        KnownSupplier(n, i) for n, i in zip(row["supplier_names"], row["supplier_ibans"], strict=True)
-    )
-    return TenantPolicy(frozenset(row["allowed_currencies"]), suppliers)
+        return read_tenant_policy(conn, deps.db, job.tenant_id)
 
 
 def _decide(
@@ -771,6 +767,7 @@ def _finish(
                     output=result.output,
                     policy_version=report.policy_version,
                     reasons=reasons,
+                    located=report.located_json(task.pages),
                 )
             _insert_event(conn, deps, job, state=state, finished=finished, reasons=reasons, error=error)
             if batch is not None:
@@ -802,6 +799,7 @@ def _insert_result(
     output: BaseModel,
     policy_version: str,
     reasons: list[dict[str, str]],
+    located: list[dict[str, object]],
 ) -> None:
     conn.execute(
         deps.db.q.insert_result,
@@ -812,6 +810,7 @@ def _insert_result(
             "policy_version": policy_version,
             "result": Jsonb(output.model_dump(mode="json")),
             "review_reasons": Jsonb(reasons),
+            "located_evidence": Jsonb(located),
         },
     )
 

@@ -62,6 +62,12 @@ class SetRetention(Command):
     days: int | None = Field(ge=1, le=MAX_RETENTION_DAYS, description="None: the deployment's default.")
 
 
+class SetUnverifiedIbans(Command):
+    command: Literal["tenants.unverified-ibans"] = "tenants.unverified-ibans"
+    tenant: Name
+    accept: bool = Field(description="True: an IBAN of a supplier with none on file passes; False: review.")
+
+
 class SetBudget(Command):
     command: Literal["tenants.budget"] = "tenants.budget"
     tenant: Name
@@ -190,6 +196,7 @@ OpsRequest = Annotated[
     CreateTenant
     | AddSupplier
     | SetRetention
+    | SetUnverifiedIbans
     | SetBudget
     | SyncUsageKeys
     | CreateKey
@@ -324,6 +331,7 @@ RESULTS: dict[str, type[BaseModel]] = {
     "tenants.create": TenantCreated,
     "tenants.add-supplier": Audited,
     "tenants.set-retention": Audited,
+    "tenants.unverified-ibans": Audited,
     "tenants.budget": Audited,
     "tenants.sync-usage-keys": UsageKeysSynced,
     "keys.create": KeyCreated,

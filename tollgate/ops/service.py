@@ -2,11 +2,12 @@
 result. Every use case is the one the local CLI calls; this module only routes to it, names the caller in
 the audit trail, and audits the admin changes that have no audit of their own.
 
-Admin changes (tenants, keys, suppliers, retention, budgets) run in the use case's own transaction, so their
-audit cannot share it. As with ``dlq move-all``, the request is recorded first (``requested``), then the
-change is made, then its outcome (``done``, ``refused`` or ``failed``): a crash in between leaves a request
-without an outcome, never a change nobody recorded. What can be checked without writing (scopes, that the
-tenant exists) is checked before the first row, so a request refused there writes nothing.
+Admin changes (tenants, keys, suppliers, unverified IBANs, retention, budgets) run in the use case's own
+transaction, so their audit cannot share it. As with ``dlq move-all``, the request is recorded first
+(``requested``), then the change is made, then its outcome (``done``, ``refused`` or ``failed``): a crash in
+between leaves a request without an outcome, never a change nobody recorded. What can be checked without
+writing (scopes, that the tenant exists) is checked before the first row, so a request refused there writes
+nothing.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from tollgate.support import service as support
 from tollgate.support.service import SupportDeps, record_audit
 from tollgate.tenants.keys import ALL_SCOPES, create_key, create_tenant, list_keys, parse_scopes, revoke_key
 from tollgate.tenants.retention import set_tenant_retention
-from tollgate.tenants.suppliers import add_supplier, find_tenant
+from tollgate.tenants.suppliers import add_supplier, find_tenant, set_accept_unverified_iban
 from tollgate.tenants.usage_keys import UsagePlan, sync_usage_keys
 from tollgate.usage.service import get_usage, parse_usage_query, set_monthly_budget, utc_today
 
@@ -166,6 +167,20 @@ def _set_retention(deps: SupportDeps, _ops: OpsDeps, _caller: Caller, r: m.SetRe
         str(tenant_id),
         {"tenant": r.tenant, "days": r.days},
         lambda: set_tenant_retention(deps.db, tenant_id, r.days),
+    )
+    return m.Audited(audit_id=audit_id)
+
+
+def _set_unverified_ibans(
+    deps: SupportDeps, _ops: OpsDeps, _caller: Caller, r: m.SetUnverifiedIbans
+) -> m.Audited:
+    tenant_id = find_tenant(deps.db, r.tenant)
+    _, audit_id = _audited(
+        deps,
+        "tenant_unverified_ibans",
+        str(tenant_id),
+        {"tenant": r.tenant, "accept": r.accept},
+        lambda: set_accept_unverified_iban(deps.db, tenant_id, r.accept),
     )
     return m.Audited(audit_id=audit_id)
 
@@ -336,6 +351,7 @@ _HANDLERS: dict[type[BaseModel], Callable[[SupportDeps, OpsDeps, Caller, Any], B
     m.CreateTenant: _create_tenant,
     m.AddSupplier: _add_supplier,
     m.SetRetention: _set_retention,
+    m.SetUnverifiedIbans: _set_unverified_ibans,
     m.SetBudget: _set_budget,
     m.SyncUsageKeys: _sync_usage_keys,
     m.CreateKey: _create_key,

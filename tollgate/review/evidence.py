@@ -1,10 +1,12 @@
-"""Evidence for a reviewer: where each extracted value's evidence is in the OCR text, and the page text around
-it, so a person can check the value against the document without opening it.
+"""Evidence for a reviewer: where each extracted value is printed in the OCR text, the label that names it
+there, and the page text around it, so a person can check the value against the document without opening it.
 
-The spans come from the extraction package's resolver (``resolve_evidence``), the same one the policy judges
-by, so a reviewer sees evidence exactly where validation found it, or did not. A stored result is read as
-JSON first: one written under an older schema (before evidence named its page) does not parse as today's
-invoice, and its quotes are then looked for on each page in turn with the same matching.
+A result judged by a locating policy (validation.v3, summary.v2, classification.v2) records where the policy
+found each value and under which label; the view shows exactly that. A value the policy could not find, and
+every value of a result judged by an earlier policy, shows the model's quote where it is printed (the quote
+resolver, ``resolve_evidence``). A stored result is read as JSON first: one written under an older schema
+(before evidence named its page) does not parse as today's invoice, and its quotes are then looked for on
+each page in turn with the same matching.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
+from tollgate.accept.models import LocatedLabel
 from tollgate.jobtypes.base import JobType
 from tollgate.jobtypes.invoice_extraction.evidence import (
     CONTEXT_CHARS,
@@ -48,13 +51,21 @@ class EvidenceView(BaseModel):
     field: str = Field(description="The field, as validation reasons name it: total, line_items[0], …")
     value: str | None = Field(description="The extracted value, as text.")
     quote: str | None = Field(description="The evidence the extraction gave; null when it gave none.")
-    found: bool = Field(description="Whether the quote is printed on the page it names.")
-    page: int | None = Field(
-        description="The page (from 1) the evidence names, or where the quote was found."
+    located: bool = Field(
+        description="Whether the span is where the policy found the value itself (and, for a field with "
+        "a label, under its label); false: the span is where the model's quote is printed, if anywhere."
     )
-    start: int | None = Field(description="Where the quote starts in that page's text (characters).")
-    end: int | None = Field(description="Where the quote ends in that page's text (characters).")
-    context: EvidenceContext | None = Field(description="The page text around the quote; null if not found.")
+    found: bool = Field(description="Whether a span was found: the located value, or the quote on its page.")
+    page: int | None = Field(
+        description="The page (from 1) of the span, or the page the evidence names when none was found."
+    )
+    start: int | None = Field(description="Where the span starts in that page's text (characters).")
+    end: int | None = Field(description="Where the span ends in that page's text (characters).")
+    label: LocatedLabel | None = Field(
+        description="The label that names the value where the policy found it; null when it needs none (a "
+        "letterhead) or the value was not located."
+    )
+    context: EvidenceContext | None = Field(description="The page text around the span; null if not found.")
 
 
 def _text(value: Any) -> str | None:
@@ -164,25 +175,69 @@ def _claims_of_type(
 
 
 def evidence_views(
-    result: Mapping[str, Any], pages: Sequence[str], kind: JobType | None = None
+    result: Mapping[str, Any],
+    pages: Sequence[str],
+    kind: JobType | None = None,
+    located: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[EvidenceView]:
+    """Each value with its span: where the policy located it (``located``, as the result recorded it), else
+    where the model's quote is printed."""
     if kind is not None and kind.output is not Invoice:
         claims, spans = _claims_of_type(kind, result, pages)
     else:
         claims, spans = list(evidence_claims(result)), locate_evidence(result, pages)
+    by_field = {str(entry["field"]): entry for entry in located or () if _fits(entry, pages)}
     views = []
     for claim in claims:
+        entry = by_field.pop(claim.field, None)
+        if entry is not None:
+            views.append(_located_view(claim, entry, pages))
+            continue
         span = spans.get(claim.field)
         views.append(
             EvidenceView(
                 field=claim.field,
                 value=claim.value,
                 quote=claim.quote,
+                located=False,
                 found=span is not None,
                 page=span.page if span else claim.page,
                 start=span.start if span else None,
                 end=span.end if span else None,
+                label=None,
                 context=EvidenceContext(**context(span, pages)) if span else None,
             )
         )
+    # Values located apart from a claim of their own (an invoice's tax rate).
+    for name, entry in by_field.items():
+        views.append(_located_view(EvidenceClaim(name, _value_at(result, name), None, None), entry, pages))
     return views
+
+
+def _fits(entry: Mapping[str, Any], pages: Sequence[str]) -> bool:
+    """A recorded span that still lies within its page (the document of a job never changes)."""
+    page, start, end = entry.get("page"), entry.get("start"), entry.get("end")
+    return (
+        isinstance(page, int)
+        and isinstance(start, int)
+        and isinstance(end, int)
+        and 1 <= page <= len(pages)
+        and 0 <= start <= end <= len(pages[page - 1])
+    )
+
+
+def _located_view(claim: EvidenceClaim, entry: Mapping[str, Any], pages: Sequence[str]) -> EvidenceView:
+    span = Span(entry["page"], entry["start"], entry["end"])
+    label = entry.get("label")
+    return EvidenceView(
+        field=claim.field,
+        value=claim.value,
+        quote=claim.quote,
+        located=True,
+        found=True,
+        page=span.page,
+        start=span.start,
+        end=span.end,
+        label=LocatedLabel.model_validate(label) if isinstance(label, Mapping) else None,
+        context=EvidenceContext(**context(span, pages)),
+    )

@@ -35,7 +35,7 @@ from tollgate.core.job_states import JobState, checked_transition
 from tollgate.db import Database
 from tollgate.db.database import Conn
 from tollgate.events import ExtractionCompleted, ExtractionRejected, JobOutcome
-from tollgate.jobtypes.base import JobType, KnownSupplier, TenantPolicy
+from tollgate.jobtypes.base import JobType
 from tollgate.jobtypes.invoice_extraction.schema import Invoice
 from tollgate.jobtypes.registry import INVOICE_EXTRACTION
 from tollgate.jobtypes.registry import job_type as registered_type
@@ -54,6 +54,7 @@ from tollgate.review.models import (
     ReviewView,
     review_links,
 )
+from tollgate.tenants.suppliers import read_tenant_policy
 
 # As much of a document as the worker would read for the same job.
 MAX_DOCUMENT_BYTES = 64 * 1024 * 1024
@@ -186,19 +187,21 @@ def decide_review(
         row = _review_row(conn, db, tenant_id, job_id)
         _check_decidable(row, expected_version)
         document = _document(conn, db, row) if request.decision is Decision.CORRECT else None
-        policy = tenant_policy(conn, db, tenant_id) if request.decision is Decision.CORRECT else None
+        policy = read_tenant_policy(conn, db, tenant_id) if request.decision is Decision.CORRECT else None
 
     result: dict[str, Any] | None = None
     policy_version: str | None = None
+    located: list[dict[str, object]] | None = None
     if request.decision is Decision.APPROVE:
-        result, policy_version = row["result"], row["policy_version"]
+        result, policy_version, located = row["result"], row["policy_version"], row["located_evidence"]
     elif request.decision is Decision.CORRECT:
         assert request.corrections is not None
         assert policy is not None
         assert document is not None
         kind = registered_type(row["job_type"])
         output = corrected_output(kind, row["result"], request.corrections)
-        report = kind.validate(output, _pages(deps, document), kind.parse_options(row["options"]), policy)
+        pages = _pages(deps, document)
+        report = kind.validate(output, pages, kind.parse_options(row["options"]), policy)
         if not report.passed:
             reasons = [reason.as_dict() for reason in report.reasons]
             codes = ", ".join(sorted({reason["code"] for reason in reasons}))
@@ -208,6 +211,7 @@ def decide_review(
                 policy_version=report.policy_version,
             )
         result, policy_version = output.model_dump(mode="json"), report.policy_version
+        located = report.located_json(pages)
     state = checked_transition(
         JobState.REVIEW_REQUIRED,
         JobState.REJECTED if request.decision is Decision.REJECT else JobState.SUCCEEDED,
@@ -230,6 +234,7 @@ def decide_review(
         "result": Jsonb(result) if result is not None else None,
         "policy_version": policy_version,
         "corrections": Jsonb(request.corrections) if request.corrections is not None else None,
+        "located_evidence": Jsonb(located) if located is not None else None,
     }
     with db.transaction(tenant_id) as conn:
         decided = conn.execute(db.q.decide_review, params).fetchone()
@@ -284,17 +289,6 @@ def corrected_output(kind: JobType, result: Mapping[str, Any], corrections: Mapp
         raise ValidationFailed(
             f"the corrected result does not fit the schema: {where}: {first['msg']}{more}", errors=errors
         ) from None
-
-
-def tenant_policy(conn: Conn, db: Database, tenant_id: UUID) -> TenantPolicy:
-    """The tenant's currencies and suppliers, read as the worker reads them for validation."""
-    row = conn.execute(db.q.tenant_validation_policy, {"tenant_id": tenant_id}).fetchone()
-    assert row is not None
-    suppliers = tuple(
-        KnownSupplier(name, iban)
-        for name, iban in zip(row["supplier_names"], row["supplier_ibans"], strict=True)
-    )
-    return TenantPolicy(frozenset(row["allowed_currencies"]), suppliers)
 
 
 def _review_row(conn: Conn, db: Database, tenant_id: UUID, job_id: UUID) -> dict[str, Any]:
@@ -360,7 +354,9 @@ def _view(row: Mapping[str, Any], pages: tuple[str, ...]) -> ReviewView:
         policy_version=row["policy_version"],
         result=row["result"],
         reasons=[ReviewReason.model_validate(reason) for reason in row["review_reasons"]],
-        evidence=evidence_views(row["result"], pages, registered_type(row["job_type"])),
+        evidence=evidence_views(
+            row["result"], pages, registered_type(row["job_type"]), row["located_evidence"]
+        ),
         decision=decision,
         links=review_links(row["job_id"]),
     )

@@ -8,7 +8,7 @@
 -- its document, and the decision once there is one.
 SELECT j.job_id, j.tenant_id, j.state, j.state_version, j.attempt, j.finished_at, j.document_id,
        j.trace_context, j.job_type, j.options,
-       r.policy_version, r.result, r.review_reasons, r.created_at AS result_created_at,
+       r.policy_version, r.result, r.review_reasons, r.located_evidence, r.created_at AS result_created_at,
        d.decision, d.note, d.reviewer, d.reviewer_key_id, d.state_version AS decided_on_version,
        d.review_requested_at, d.decided_at, d.result_version, d.corrections
 FROM extraction_jobs j
@@ -86,10 +86,11 @@ WITH decided AS (
 ), recorded AS (
     INSERT INTO review_decisions (
         job_id, tenant_id, decision, note, reviewer, reviewer_key_id, state_version, reasons,
-        review_requested_at, decided_at, result_version, result, policy_version, corrections)
+        review_requested_at, decided_at, result_version, result, policy_version, corrections,
+        located_evidence)
     SELECT job_id, tenant_id, %(decision)s, %(note)s, %(reviewer)s, %(reviewer_key_id)s, %(state_version)s,
            %(reasons)s, %(review_requested_at)s, %(now)s, %(result_version)s, %(result)s, %(policy_version)s,
-           %(corrections)s
+           %(corrections)s, %(located_evidence)s
     FROM decided
 )
 SELECT * FROM decided

@@ -22,12 +22,15 @@ RETURNING tenant_id
 SELECT tenant_id, name FROM tenants WHERE name = %(name)s
 
 -- name: tenant_validation_policy
-SELECT t.allowed_currencies,
+SELECT t.allowed_currencies, t.accept_unverified_iban,
        coalesce(array_agg(s.name) FILTER (WHERE s.name IS NOT NULL), '{}') AS supplier_names,
        coalesce(array_agg(s.iban) FILTER (WHERE s.name IS NOT NULL), '{}') AS supplier_ibans
 FROM tenants t LEFT JOIN tenant_suppliers s ON s.tenant_id = t.tenant_id
 WHERE t.tenant_id = %(tenant_id)s
-GROUP BY t.allowed_currencies
+GROUP BY t.allowed_currencies, t.accept_unverified_iban
+
+-- name: set_accept_unverified_iban
+UPDATE tenants SET accept_unverified_iban = %(accept)s WHERE tenant_id = %(tenant_id)s RETURNING tenant_id
 
 -- name: insert_api_key
 INSERT INTO api_keys (key_id, tenant_id, key_hash, key_prefix, scopes)
