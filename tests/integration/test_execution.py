@@ -231,7 +231,7 @@ def test_a_valid_extraction_succeeds_with_result_attempt_record_and_event(
     [(result, reasons, policy)] = rows(
         clean_db, "SELECT result, review_reasons, policy_version FROM extraction_results"
     )
-    assert result["total"] == "999.60" and reasons == [] and policy == "validation.v2"
+    assert result["total"] == "999.60" and reasons == [] and policy == "validation.v3"
     assert rows(clean_db, f"SELECT event_type FROM outbox_events {OWN_EVENTS} ORDER BY created_at")[-1] == (
         "extraction.completed.v1",
     )

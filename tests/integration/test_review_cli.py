@@ -57,7 +57,7 @@ def test_the_queue_lists_oldest_first_with_reasons_and_filters_by_one(reviews, c
     assert filtered.exit_code == 0, filtered.output
     items = json.loads(filtered.stdout)
     assert [item["job_id"] for item in items] == [wrong_currency]
-    assert items[0]["reason_codes"] == ["currency_not_allowed", "evidence_contradicts"]
+    assert items[0]["reason_codes"] == ["currency_not_allowed", "value_not_printed"]
     assert items[0]["tenant"] == "acme"
 
 

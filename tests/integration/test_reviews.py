@@ -42,8 +42,8 @@ from tollgate_dev.receiver import WebhookReceiver
 
 pytestmark = pytest.mark.integration
 
-# The model misread the total: the value breaks the arithmetic, and its own evidence says otherwise.
-MISREAD_TOTAL = ["evidence_contradicts", "total_mismatch"]
+# The model misread the total: the value breaks the arithmetic, and the page prints it nowhere.
+MISREAD_TOTAL = ["total_mismatch", "value_not_printed"]
 RECOUNT = (
     "SELECT q.pending_jobs, q.running_jobs, q.ready_jobs, q.retry_jobs, r.pending_jobs AS recount"
     " FROM tenant_queues q, tenant_queue_recount(q.tenant_id) r WHERE q.tenant_id = %s"
@@ -122,17 +122,29 @@ def test_a_result_that_failed_validation_waits_with_its_evidence_and_is_not_serv
     assert view["decision"] is None
     evidence = {e["field"]: e for e in view["evidence"]}
     total = evidence["total"]
-    assert (total["found"], total["page"], total["quote"], total["value"]) == (
+    assert (total["located"], total["found"], total["page"], total["quote"], total["value"]) == (
+        False,
         True,
         1,
         "Total due 999.60 EUR",
         "999.70",
-    ), "the reviewer sees the value beside the text that contradicts it"
+    ), "the policy found no 999.70: the reviewer sees the value beside the text the model quoted"
     assert TEXT[total["start"] : total["end"]] == "Total due 999.60 EUR"
     context = total["context"]
     assert context["text"] == "Total due 999.60 EUR"
     assert context["before"] + context["text"] + context["after"] in TEXT
     assert evidence["line_items[0]"]["found"] and "due_date" not in evidence
+    # What the policy did find, it shows where it found it, under its label.
+    subtotal = evidence["subtotal"]
+    assert subtotal["located"] and TEXT[subtotal["start"] : subtotal["end"]] == "840.00"
+    assert (
+        subtotal["label"]["text"] == "Subtotal"
+        and TEXT[subtotal["label"]["start"] : subtotal["label"]["end"]] == "Subtotal"
+    )
+    assert (
+        evidence["tax.rate_percent"]["value"] == "19.0"
+        and evidence["tax.rate_percent"]["label"]["text"] == "VAT"
+    )
     # Waiting is nobody's work: the tenant's unfinished-work counters do not hold it.
     [counters] = query(clean_db, RECOUNT, tenant.tenant_id)
     assert counters["pending_jobs"] == counters["recount"] == 0
@@ -274,7 +286,7 @@ def test_a_rejection_ends_the_job_rejected_with_no_result_and_a_rejected_event(
     assert event_type == "extraction.rejected.v1"
     assert (payload["state"], payload["review_reasons"]) == (
         "REJECTED",
-        ["currency_not_allowed", "evidence_contradicts"],
+        ["currency_not_allowed", "value_not_printed"],
     )
     job = job_row(clean_db, job_id)
     assert job["state"] == "REJECTED" and job["finished_at"] is not None
@@ -399,7 +411,7 @@ def test_the_queue_lists_waiting_reviews_oldest_first_filters_by_reason_and_page
     third = reviewer.request("GET", f"/reviews?limit=1&cursor={second['next_cursor']}").json
 
     assert [item["job_id"] for item in listed["items"]] == waiting and passed not in str(listed)
-    assert listed["items"][1]["reason_codes"] == ["currency_not_allowed", "evidence_contradicts"]
+    assert listed["items"][1]["reason_codes"] == ["currency_not_allowed", "value_not_printed"]
     assert listed["next_cursor"] is None
     assert [item["job_id"] for item in by_reason["items"]] == [waiting[0], waiting[2]]
     assert [page["items"][0]["job_id"] for page in (first, second, third)] == waiting

@@ -129,6 +129,8 @@ class ArchivedResult(BaseModel):
     result: dict[str, Any]
     review_reasons: list[Any]
     created_at: datetime
+    # Where the policy found each value (validation.v3 and later); absent for earlier policies' results.
+    located_evidence: list[Any] | None = None
 
 
 class ArchivedReview(BaseModel):
@@ -148,6 +150,7 @@ class ArchivedReview(BaseModel):
     result: dict[str, Any] | None
     policy_version: str | None
     corrections: dict[str, Any] | None
+    located_evidence: list[Any] | None = None
 
 
 class ArchivedAttempt(BaseModel):
@@ -212,6 +215,7 @@ class ArchivedJob(BaseModel):
                 result=job["result"],
                 review_reasons=job["review_reasons"],
                 created_at=job["result_created_at"],
+                located_evidence=job["located_evidence"],
             )
         return cls(
             **{name: job[name] for name in _JOB_COLUMNS},

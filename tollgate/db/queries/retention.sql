@@ -13,7 +13,7 @@ SELECT j.job_id, j.tenant_id, j.idempotency_key, j.request_hash, j.job_type, j.s
        j.max_attempts, j.estimated_tokens, j.trace_context, j.last_error, j.created_at, j.deadline_at,
        j.finished_at,
        d.document_id, d.content_sha256, d.size_bytes, d.page_count,
-       r.attempt AS result_attempt, r.policy_version, r.result, r.review_reasons,
+       r.attempt AS result_attempt, r.policy_version, r.result, r.review_reasons, r.located_evidence,
        r.created_at AS result_created_at,
        CASE WHEN rd.job_id IS NOT NULL
             THEN to_jsonb(rd) - 'job_id' - 'tenant_id' - 'counted_at' END AS review
