@@ -3,6 +3,8 @@ printed ones and whose evidence is text of the pages."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 from decimal import Decimal
 
@@ -146,3 +148,30 @@ def test_the_existing_api_still_works():
         generate_invoice(random.Random(1), 1, "handwritten")
     with pytest.raises(ValueError, match="generated samples"):
         expected_invoice(SampleInvoice(**{**sample.__dict__, "spans": None}))
+
+
+def fingerprint(samples: list[SampleInvoice]) -> str:
+    """One digest of what a benchmark sees of each sample: its kind, its pages and its ground truth."""
+    digest = hashlib.sha256()
+    for sample in samples:
+        seen = {
+            "kind": sample.kind,
+            "pages": list(sample.pages),
+            "truth": expected_invoice(sample).model_dump(mode="json"),
+        }
+        digest.update(json.dumps(seen, sort_keys=True, ensure_ascii=False).encode())
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("count", "seed", "kinds", "digest"),
+    [
+        # The 40 invoices of the benchmarks and `make bench-model`.
+        (40, 15, KINDS, "1d3de94e1789290f23a5f28b240ed3637e463283a0e3e4d19f5cd4b07ffb1e32"),
+        (200, 5, KINDS, "55582d53973227babba8375eaeea7b0cbacfbc2849b05f9355985a544ec09115"),
+        (100, 1, None, "8627afc7bba4c53129da3e78410b41e9d165df7b99836aab4316a91c2992f9bc"),
+    ],
+)
+def test_the_default_samples_are_the_same_invoices_byte_for_byte(count, seed, kinds, digest):
+    """Benchmarks compare runs over "the same 40 invoices": new options at their defaults change nothing."""
+    assert fingerprint(generate_invoices(count, seed=seed, kinds=kinds)) == digest
