@@ -15,22 +15,34 @@ from tollgate.jobtypes.invoice_extraction.schema import Invoice
 from tollgate.jobtypes.invoice_extraction.validation import iban_is_valid
 from tollgate_dev.accuracy import FIELDS, AccuracyReport, compare_invoice
 from tollgate_dev.samples import (
+    EXTRAS,
     INJECTION,
     INJECTIONS,
     KINDS,
+    LANGUAGES,
     expected_invoice,
     generate_invoice,
     generate_invoices,
 )
 from tollgate_dev.simulator.extraction import INVENTED_IBAN, MISTAKE, Mistake, extract
 
+# Each extra alone, all of them, and none, in turn.
+EXTRA_SETS = (frozenset(), *(frozenset({extra}) for extra in EXTRAS), frozenset(EXTRAS))
 
+
+@pytest.mark.parametrize("language", LANGUAGES)
 @pytest.mark.parametrize("kind", KINDS)
-def test_every_sample_kind_extracts_to_exactly_its_ground_truth(kind):
+def test_every_sample_kind_extracts_to_exactly_its_ground_truth(kind, language):
+    """In every language and with every extra: the order number, the customer's IBAN and the note's
+    currency are printed, and none of them is taken."""
     rng = random.Random(kind)
     for number in range(1, 80):
-        sample = generate_invoice(rng, number, kind)
-        assert Invoice.model_validate(extract(list(sample.pages))) == expected_invoice(sample)
+        extras = EXTRA_SETS[number % len(EXTRA_SETS)]
+        sample = generate_invoice(rng, number, kind, language=language, extras=extras)
+        assert Invoice.model_validate(extract(list(sample.pages))) == expected_invoice(sample), (
+            number,
+            extras,
+        )
 
 
 def test_the_pages_a_provider_reads_back_out_of_the_prompt_extract_the_same():

@@ -41,21 +41,42 @@ _CURRENCY = r"[A-Z]{3}"
 _VALUE = rf"(?:{_CURRENCY} )?{_MONEY}(?: {_CURRENCY})?"
 _DATE = DATE_PATTERN
 
+# The labels of each field in English, German and French, as the sample layouts print them.
+_NUMBER_VALUE = r"(?P<value>[A-Z0-9][A-Z0-9._/-]*)"
 _INVOICE_NUMBER = re.compile(
-    r"^Invoice ?(?:no\.?|number|nr\.?|#) ?:? ?(?P<value>[A-Z0-9][A-Z0-9._/-]*)$", re.I
+    r"^(?:Invoice ?(?:no\.?|number|nr\.?|#)|Rechnungs-?(?:nummer|nr\.?)|Rechnung ?Nr\.?"
+    rf"|Facture n°|N° de facture|Numéro de facture) ?:? ?{_NUMBER_VALUE}$",
+    re.I,
 )
-_ISSUE_DATE = re.compile(rf"(?:^| )(?:Invoice date|Date of issue|Issue date) ?:? ?(?P<value>{_DATE})\b", re.I)
-_DUE_DATE = re.compile(rf"(?:^| )(?:Due date|Payment due|Due) ?:? ?(?P<value>{_DATE})\b", re.I)
+_ISSUE_DATE = re.compile(
+    r"(?:^| )(?:Invoice date|Date of issue|Issue date|Rechnungsdatum|Date de facture)"
+    rf" ?:? ?(?P<value>{_DATE})\b",
+    re.I,
+)
+_DUE_DATE = re.compile(
+    r"(?:^| )(?:Due date|Payment due|Due|Fällig am|Zahlbar bis|Date d'échéance|Échéance)"
+    rf" ?:? ?(?P<value>{_DATE})\b",
+    re.I,
+)
 _IBAN = re.compile(r"^IBAN ?:? ?(?P<value>[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30})$")
-_COLUMN_HEADER = re.compile(r"^Description\b.*\bAmount\b", re.I)
-_PAGE_FURNITURE = re.compile(r"^(?:Page \d+(?: of \d+)?|.* page \d+|(?:Carried|Brought) forward\b.*)$", re.I)
+_COLUMN_HEADER = re.compile(
+    r"^(?:Description\b.*\bAmount|Beschreibung\b.*\bBetrag|Désignation\b.*\bMontant)\b", re.I
+)
+_PAGE_FURNITURE = re.compile(
+    r"^(?:(?:Page|Seite) \d+(?: (?:of|von|sur) \d+)?|.* (?:page|Seite) \d+"
+    r"|(?:Carried forward|Brought forward|Übertrag|À reporter)\b.*)$",
+    re.I,
+)
 _ROW = re.compile(
     rf"^(?P<description>.*?\S) (?P<quantity>{_QUANTITY}) (?P<unit_price>{_MONEY}) (?P<amount>{_MONEY})"
     rf"(?: (?P<currency>{_CURRENCY}))?$"
 )
-_SUBTOTAL_LABEL = r"(?:Subtotal|Sub-total|Net amount|Net total)"
-_TAX_LABEL = r"(?:VAT|MwSt\.?|MWST|TVA|BTW|Moms|ALV|IVA|GST|Sales tax|Tax)"
-_TOTAL_LABEL = r"(?:Total due|Amount due|Balance due|Invoice total|Total)"
+_SUBTOTAL_LABEL = r"(?:Subtotal|Sub-total|Net amount|Net total|Zwischensumme|Nettobetrag|Sous-total|Total HT)"
+_TAX_LABEL = r"(?:VAT|MwSt\.?|MWST|USt\.?|TVA|BTW|Moms|ALV|IVA|GST|Sales tax|Tax)"
+_TOTAL_LABEL = (
+    r"(?:Total due|Amount due|Balance due|Invoice total|Total TTC|Total|Gesamtbetrag|Rechnungsbetrag"
+    r"|Gesamtsumme|Montant total|Net à payer)"
+)
 _RATE = r"(?P<rate>\d{1,2}(?:[.,]\d{1,3})?) ?%"
 
 
@@ -72,6 +93,7 @@ _SUBTOTAL = _amount_line(_SUBTOTAL_LABEL)
 _TAX = _amount_line(_TAX_LABEL, with_rate=True)
 _TOTAL = _amount_line(_TOTAL_LABEL)
 _VALUE_ONLY = re.compile(rf"^(?P<value>{_VALUE})$")
+_TITLES = frozenset({"INVOICE", "RECHNUNG", "FACTURE"})
 
 
 @dataclass(frozen=True)
@@ -192,11 +214,9 @@ def extract(pages: list[str], *, mistake: Mistake | None = None) -> dict[str, An
     number_line = next((line for line in lines if _INVOICE_NUMBER.match(line.text)), None)
     invoice_number = _INVOICE_NUMBER.match(number_line.text) if number_line else None
     # The supplier heads the first page of a document that reads as an invoice; elsewhere it is a guess.
-    looks_like_invoice = number_line is not None or any(line.text.upper() == "INVOICE" for line in lines)
+    looks_like_invoice = number_line is not None or any(line.text.upper() in _TITLES for line in lines)
     supplier_line = first_page[0] if first_page and looks_like_invoice else None
-    if supplier_line is not None and (
-        supplier_line is number_line or supplier_line.text.upper() == "INVOICE"
-    ):
+    if supplier_line is not None and (supplier_line is number_line or supplier_line.text.upper() in _TITLES):
         supplier_line = None
 
     subtotal = _find_amount(pages, lines, _SUBTOTAL, 0)
