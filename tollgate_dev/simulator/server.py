@@ -102,6 +102,10 @@ class Fault(StrEnum):
     OVER_WORD_LIMIT = "over_word_limit"
     UNSUPPORTED_FACT = "unsupported_fact"
     LABEL_OUTSIDE_SET = "label_outside_set"
+    FACT_NUMBER_CHANGED = "fact_number_changed"
+    FACT_NAME_CHANGED = "fact_name_changed"
+    SUMMARY_NUMBER_INVENTED = "summary_number_invented"
+    LABEL_WITHOUT_CUE = "label_without_cue"
 
 
 PROMPT_ONLY_HABITS = frozenset({Fault.CODE_FENCE, Fault.LEADING_PROSE, Fault.TRAILING_PROSE})
