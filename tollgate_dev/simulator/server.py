@@ -82,10 +82,30 @@ class Fault(StrEnum):
     WRONG_CURRENCY = "wrong_currency"
     EVIDENCE_ELSEWHERE = "evidence_elsewhere"
     EVIDENCE_INVENTED = "evidence_invented"
+    # The adversary's: one plausible wrong value with evidence quoting a real line (see ``Mistake``); those
+    # that need a layout feature the document lacks answer truthfully.
+    ISSUE_DATE_IS_DUE_DATE = "issue_date_is_due_date"
+    DATES_SWAPPED = "dates_swapped"
+    INVOICE_NUMBER_FROM_ORDER = "invoice_number_from_order"
+    INVOICE_NUMBER_FROM_TAX_ID = "invoice_number_from_tax_id"
+    CURRENCY_FROM_NOTE = "currency_from_note"
+    IBAN_FROM_DIRECT_DEBIT = "iban_from_direct_debit"
+    CUT_INVOICE_NUMBER = "cut_invoice_number"
+    CUT_DATE = "cut_date"
+    LONG_S = "long_s"
+    KELVIN_SIGN = "kelvin_sign"
+    FULLWIDTH_TOTAL = "fullwidth_total"
+    TAX_RATE_CHANGED = "tax_rate_changed"
+    DESCRIPTIONS_SWAPPED = "descriptions_swapped"
+    DESCRIPTION_INVENTED = "description_invented"
     # The same for the other job types (tollgate_dev.simulator.documents); each applies to its own type.
     OVER_WORD_LIMIT = "over_word_limit"
     UNSUPPORTED_FACT = "unsupported_fact"
     LABEL_OUTSIDE_SET = "label_outside_set"
+    FACT_NUMBER_CHANGED = "fact_number_changed"
+    FACT_NAME_CHANGED = "fact_name_changed"
+    SUMMARY_NUMBER_INVENTED = "summary_number_invented"
+    LABEL_WITHOUT_CUE = "label_without_cue"
 
 
 PROMPT_ONLY_HABITS = frozenset({Fault.CODE_FENCE, Fault.LEADING_PROSE, Fault.TRAILING_PROSE})
