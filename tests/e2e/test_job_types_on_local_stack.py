@@ -82,7 +82,7 @@ def test_each_job_type_runs_through_the_api_the_worker_and_the_webhook(stack):
             assert len(result.json["result"]["summary"].split()) <= 30 and result.json["result"]["key_facts"]
         else:
             assert result.json["result"]["label"] == "service_agreement"
-        assert result.json["policy_version"] in {"summary.v1", "classification.v1"}
+        assert result.json["policy_version"] in {"summary.v2", "classification.v2"}
 
     # Validation failure: the small model is wrong, the job escalates, the large model is wrong too.
     for name, body in REQUESTS.items():

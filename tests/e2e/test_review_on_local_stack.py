@@ -1,5 +1,5 @@
 """Issue-level story of review on the whole local system: the simulated model makes each realistic mistake
-once; every such job ends REVIEW_REQUIRED with the rule it broke, waits in the review queue, cannot be
+once (the adversary's fabrications have their story in test_adversary_on_local_stack.py); every such job ends REVIEW_REQUIRED with the rule it broke, waits in the review queue, cannot be
 decided by a key without the review scope, is corrected by a reviewer with a merge patch back to what the
 invoice prints, and reaches the ERP exactly once, as completed, and only then."""
 
@@ -23,6 +23,16 @@ pytestmark = pytest.mark.e2e
 
 # How long the local system may take to get somewhere on a loaded machine; it runs out only when failing.
 PATIENCE_SECONDS = 120
+# The mistakes a model makes by itself. A right total whose quote points at another line is not among them:
+# the policy finds the total under its own label and the job succeeds (test_validation_policy.py).
+REALISTIC = (
+    Mistake.ARITHMETIC,
+    Mistake.INVENTED_IBAN,
+    Mistake.SWAPPED_QUANTITY_PRICE,
+    Mistake.DROPPED_LINE,
+    Mistake.WRONG_CURRENCY,
+    Mistake.EVIDENCE_INVENTED,
+)
 
 
 @pytest.fixture
@@ -68,9 +78,9 @@ def test_each_realistic_mistake_is_caught_queued_corrected_and_delivered_once(st
     admin.request("POST", "/webhook-endpoints", json_body={"url": f"{stack.erp.url}/erp"})
     receiver = stack.erp.receiver
 
-    samples = generate_invoices(len(Mistake), seed=21, kinds=["clean"])
+    samples = generate_invoices(len(REALISTIC), seed=21, kinds=["clean"])
     jobs: dict[str, tuple[Mistake, Any]] = {}
-    for mistake, sample in zip(Mistake, samples, strict=True):
+    for mistake, sample in zip(REALISTIC, samples, strict=True):
         # One job at a time, so the mistake queued for the next call is this job's.
         stack.simulator.queue_fault(Fault(mistake.value))
         job_id = writer.submit(request_body(sample), f"mistake-{mistake.value}").json["job_id"]

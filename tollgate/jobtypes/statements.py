@@ -24,7 +24,8 @@ DATE_TOKEN = re.compile(
 # A number as any script writes it; its readings decide what it stands for.
 _NUMBER = re.compile(r"(?<![^\W\d_])-?\d(?:[\d.,'\u2019]*\d)?")
 _SENTENCE_BREAKS = frozenset(".!?:;\u2022\u2013\u2014-(\"'")
-_WORD = re.compile(r"[^\W\d_]+(?:['\u2019-][^\W\d_]+)*")
+# A word of letters; letters run into digits ("7GR", "A4") make a code, which is read for its numbers.
+_WORD = re.compile(r"(?<![^\W_])[^\W\d_]+(?:['\u2019-][^\W\d_]+)*(?![^\W_])")
 # Words that open a sentence with a capital without naming anything.
 FUNCTION_WORDS = frozenset(
     re.findall(

@@ -170,6 +170,7 @@ _LABELS: dict[str, tuple[str, ...]] = {
         "uid",
         "cvr",
         "nip",
+        "ein",
         "siret",
         "siren",
         "n° tva",
@@ -343,6 +344,7 @@ _LABELS: dict[str, tuple[str, ...]] = {
         "übertrag",
         "zwischenübertrag",
         "à reporter",
+        "report",
     ),
     PAYMENT_TERMS: (
         "payment terms",
