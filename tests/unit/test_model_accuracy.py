@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 import bench.model_accuracy
+from bench import report
 from bench.model_accuracy import (
     ASSUMED,
     BY_VALIDATE,
@@ -22,6 +23,7 @@ from bench.model_accuracy import (
     FAILED_OTHER,
     INVALID_OUTPUT,
     INVOICE,
+    SCHEMA,
     SENDS_LABEL_GUIDES,
     SUMMARY,
     TYPES,
@@ -257,3 +259,45 @@ def test_each_type_reports_its_table_its_straight_through_rate_and_every_reviews
     assert rows["summary-01"]["answer"] is None, "a straight-through correct answer is not repeated"
     assert figures["overall"]["silently_wrong"] == 1 and figures["overall"]["documents"] == 4
     json.dumps(figures)  # the results file can hold it
+
+
+def test_the_report_shows_each_types_figures_and_the_reasons_behind_each_review():
+    cases = pick_cases(config(types=(SUMMARY, CLASSIFICATION), limit=1))
+    reason = {"code": "label_cue_missing", "field": "label", "detail": "no cue | of receipt"}
+    runs = [
+        measured(cases[0], "SUCCEEDED", faithful_summary(cases[0].sample)),
+        # The first classification document is an invoice: a receipt label is wrong, and review caught it
+        measured(cases[1], "REVIEW_REQUIRED", {"label": "receipt", "evidence": None}, [reason]),
+    ]
+    document = {
+        "schema": SCHEMA,
+        "command": "python -m bench.model_accuracy --limit 1",
+        "started_at": "2026-12-02T10:00:00+00:00",
+        "duration_s": 95.0,
+        "machine": {},
+        "model": {"name": "Qwen", "quantization": "Q4_K_M", "bytes": 1.1e9, "source": "PyPI"},
+        "engine": {
+            "name": "node-llama-cpp",
+            "version": "3",
+            "build": "prebuilt",
+            "threads": 2,
+            "context_size": 8192,
+        },
+        "structured_output": {"worker_sends": "json_object"},
+        "config": {**parse_args([]).__dict__, "limit": 1, "samples_seed": 15, "label_guides_sent": False}
+        | {"decoding": "greedy", "max_attempts": 1},
+        "server": {"finish_reasons": {"stop": 2}, "dropped_schema_keywords": []},
+        **summarize(runs, sample_policy(), (SUMMARY, CLASSIFICATION)),
+    }
+
+    text = "\n".join(report.model_accuracy_section(document))
+
+    assert "**A smoke run:**" in text
+    assert "| `document_summary` | 1 | 1 | 0 | 0 |" in text
+    assert "- Straight through (correct and SUCCEEDED, of all): 100.0%." in text
+    assert "| `label_cue_missing` | 1 | 1 |" in text
+    assert "- `classification-01` (invoice, en): caught" in text
+    assert "  - wrong: label 'receipt', the true label is 'invoice'" in text
+    assert "  - `label_cue_missing` label: no cue \\| of receipt" in text
+    row = report._model_accuracy_summary(document)
+    assert row[1] == "0 of 2" and "classification: 0 of 1 silently wrong" in row[2]
