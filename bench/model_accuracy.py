@@ -957,6 +957,21 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     )
 
 
+def recorded_arguments(argv: Sequence[str]) -> list[str]:
+    """The options to record for reproducing the run, without ``--cache``: like ``--output`` (which
+    bench.machine leaves out), it changes no figure, and its value is a path on the machine that ran it."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--cache":
+            skip = True
+        elif not arg.startswith("--cache="):
+            kept.append(arg)
+    return kept
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 120)
@@ -967,7 +982,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     document = {
         "schema": document.pop("schema"),
-        "command": command_line("bench.model_accuracy", argv),
+        "command": command_line(
+            "bench.model_accuracy", recorded_arguments(sys.argv[1:] if argv is None else argv)
+        ),
         **document,
     }
     write_json(config.output, document)

@@ -37,6 +37,7 @@ from bench.model_accuracy import (
     parse_args,
     pick_cases,
     pick_samples,
+    recorded_arguments,
     sample_policy,
     spread,
     structured_output_setting,
@@ -301,3 +302,8 @@ def test_the_report_shows_each_types_figures_and_the_reasons_behind_each_review(
     assert "  - `label_cue_missing` label: no cue \\| of receipt" in text
     row = report._model_accuracy_summary(document)
     assert row[1] == "0 of 2" and "classification: 0 of 1 silently wrong" in row[2]
+
+
+def test_the_recorded_command_leaves_out_the_cache_path():
+    argv = ["--limit", "1", "--cache", "/some/machine/cache", "--types=document_summary", "--cache=/x"]
+    assert recorded_arguments(argv) == ["--limit", "1", "--types=document_summary"]
