@@ -1,16 +1,22 @@
-"""Real-model accuracy benchmark: sample invoices through the worker's own attempt code, against a small model
-served on 127.0.0.1 in the OpenAI wire format, and the outcome the worker chose set against the truth.
+"""Real-model accuracy benchmark: sample documents of every job type through the worker's own attempt code,
+against a small model served on 127.0.0.1 in the OpenAI wire format, and the outcome the worker chose set
+against the truth.
 
-``python -m bench.model_accuracy [--limit N] [--samples-seed S]`` installs the model and engine when needed
-(bench/model/install.py), starts bench/model/server/server.mjs on a free port, and runs each sample the way
-production does: accepted with ``accept_job`` into a scratch PostgreSQL database, claimed with the worker's
-fair claim under a budget permit, and executed by ``run_attempt`` (provider call through the worker's
-OpenAI client with OPENAI_BASE_URL at the local server, strict parsing, the validation policy, the fenced
-commit). Each job's stored result is compared with the sample's truth on every field that reaches an ERP
-(tollgate_dev/accuracy.py), which gives the confusion table of outcome against truth: correct + SUCCEEDED,
-wrong + REVIEW_REQUIRED (caught), wrong + SUCCEEDED (silently wrong, the target is 0) and correct +
-REVIEW_REQUIRED, split into needless (the printed document passes the policy) and expected (it does not,
-such as an invoice whose printed total does not add up). Results go to bench/results/model_accuracy.json.
+``python -m bench.model_accuracy [--types T,...] [--limit N] [--samples-seed S]`` installs the model and
+engine when needed (bench/model/install.py), starts bench/model/server/server.mjs on a free port, and runs
+each document the way production does: accepted with ``accept_job`` into a scratch PostgreSQL database,
+claimed with the worker's fair claim under a budget permit, and executed by ``run_attempt`` (provider call
+through the worker's OpenAI client with OPENAI_BASE_URL at the local server, strict parsing, the job type's
+validation policy, the fenced commit). The sets: 40 sample invoices (tollgate_dev/samples.py), then 12
+summaries and 14 classifications (tollgate_dev/document_samples.py). Each stored result is judged against
+its document's truth: an invoice on every field that reaches an ERP (tollgate_dev/accuracy.py), a summary
+and a label by tollgate_dev/document_judge.py, which reads the document and never the model's quotes.
+
+Per job type that gives the confusion table of outcome against truth: correct + SUCCEEDED, wrong +
+REVIEW_REQUIRED (caught), wrong + SUCCEEDED (silently wrong, the target is 0) and correct + REVIEW_REQUIRED,
+split into needless (a faithful answer to the printed document passes the type's policy) and expected (it
+does not, such as an invoice whose printed total does not add up); the straight-through rate (correct and
+SUCCEEDED over all); and the reasons behind every review. Results go to bench/results/model_accuracy.json.
 Not part of `make bench` or `make test`: `make bench-model` runs it. A report, not a test.
 """
 
@@ -52,8 +58,8 @@ from tollgate.db import Database, build_database, load_queries
 from tollgate.db.migrations import apply_migrations
 from tollgate.execution.attempt import ExecutionDeps, claim_within_budget, run_attempt
 from tollgate.execution.limiter.local import InProcessLimiter
-from tollgate.jobtypes.invoice_extraction.prompt import PROMPT_VERSION
-from tollgate.jobtypes.invoice_extraction.schema import SCHEMA_NAME, Invoice
+from tollgate.jobtypes.document_classification.schema import ClassificationOptions
+from tollgate.jobtypes.invoice_extraction.schema import Invoice
 from tollgate.jobtypes.invoice_extraction.validation import KnownSupplier, TenantPolicy, validate_invoice
 from tollgate.jobtypes.registry import JOB_TYPES
 from tollgate.settings import REPO_ROOT, ApiSettings, DatabaseSettings, WorkerSettings
@@ -61,6 +67,19 @@ from tollgate.tenants.keys import create_tenant
 from tollgate.tenants.suppliers import add_supplier
 from tollgate.wiring import build_api, build_execution
 from tollgate_dev.accuracy import AccuracyReport, compare_invoice
+from tollgate_dev.document_judge import judge_classification, judge_summary
+from tollgate_dev.document_samples import (
+    CLASSIFICATION,
+    SUMMARY,
+    ClassificationSample,
+    SummarySample,
+    classification_request_body,
+    faithful_classification,
+    faithful_summary,
+    generate_classifications,
+    generate_summaries,
+    summary_request_body,
+)
 from tollgate_dev.local.aws import LocalAws, create_documents_bucket
 from tollgate_dev.local.postgres import scratch_database
 from tollgate_dev.samples import (
@@ -74,15 +93,21 @@ from tollgate_dev.samples import (
 
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_OUTPUT = BENCH_DIR / "results" / "model_accuracy.json"
-SCHEMA = "tollgate.bench.model_accuracy/v1"
+SCHEMA = "tollgate.bench.model_accuracy/v2"
 SERVER_SCRIPT = BENCH_DIR / "model" / "server" / "server.mjs"
 BUCKET = "tollgate-documents-bench-model"
 POOL = "bench-model"
+INVOICE = "invoice_extraction"
+TYPES = (INVOICE, SUMMARY, CLASSIFICATION)  # the order they run in
 DEFAULT_COUNT = 40  # eight of each sample kind, interleaved: --limit 5 already has every kind
+DEFAULT_SUMMARY_COUNT = 12  # two of each kind: --limit 6 already has every kind
+DEFAULT_CLASSIFICATION_COUNT = 14  # two of each label: --limit 7 already has every label
 DEFAULT_SEED = 15
 # Loading 1.1 GB and mapping it takes seconds on a quiet machine; a busy one can take minutes.
 READY_TIMEOUT_S = 600.0
 TERMINAL = ("SUCCEEDED", "REVIEW_REQUIRED", "FAILED_TERMINAL", "CANCELLED")
+# Whether this service's classification options take a tenant's label guides (policy classification.v2).
+SENDS_LABEL_GUIDES = "label_guides" in ClassificationOptions.model_fields
 
 # The confusion table's cells, in the order they are shown.
 CORRECT_SUCCEEDED = "correct_succeeded"
@@ -102,6 +127,10 @@ CELLS = (
     FAILED_OTHER,
 )
 
+# How "does a faithful answer pass the policy?" was decided for a document.
+BY_VALIDATE = "validate"  # the faithful answer was run through the type's own validate
+ASSUMED = "assumed"  # no faithful answer could be built (the output schema refused it): assumed to pass
+
 
 @dataclass(frozen=True)
 class Config:
@@ -114,6 +143,9 @@ class Config:
     timeout_s: float
     cache: Path
     output: Path
+    types: tuple[str, ...] = TYPES
+    summary_count: int = DEFAULT_SUMMARY_COUNT
+    classification_count: int = DEFAULT_CLASSIFICATION_COUNT
 
 
 # ------------------------------------------------------------------------------------------- pure logic
@@ -142,7 +174,7 @@ def confusion(cells: Iterable[str]) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown cells: {sorted(unknown)}")
     wrong = table[WRONG_CAUGHT] + table[WRONG_SILENT]
-    # Correct extractions of documents that pass the policy: the ones that should have gone straight through.
+    # Correct answers to documents that pass the policy: the ones that should have gone straight through.
     should_pass = table[CORRECT_SUCCEEDED] + table[CORRECT_NEEDLESS_REVIEW]
     total = sum(table.values())
     return {
@@ -201,6 +233,133 @@ def truth_passes_policy(sample: SampleInvoice, policy: TenantPolicy) -> bool:
     """Would a perfect extraction of this document go straight through? Not when the printed document itself
     breaks a rule (a total that does not add up): then review is the right outcome even for a correct one."""
     return validate_invoice(expected_invoice(sample), sample.pages, policy).passed
+
+
+Sample = SampleInvoice | SummarySample | ClassificationSample
+
+
+@dataclass(frozen=True)
+class Case:
+    """One document to run: its job type, its name in the report, what it is, the request, its truth."""
+
+    job_type: str
+    name: str
+    kind: str  # an invoice's sample kind, a summary's document kind, a classification's true label
+    language: str | None
+    body: dict[str, Any]
+    sample: Sample
+
+    @property
+    def pages(self) -> tuple[str, ...]:
+        return tuple(self.sample.pages)
+
+
+def pick_cases(config: Config) -> list[Case]:
+    """The documents of every chosen type, in the order they run; ``--limit`` takes a prefix of each set."""
+    cases: list[Case] = []
+    if INVOICE in config.types:
+        cases += [
+            Case(INVOICE, s.invoice_number, s.kind, None, request_body(s), s)
+            for s in pick_samples(config.count, config.samples_seed, config.limit)
+        ]
+    if SUMMARY in config.types:
+        summaries = generate_summaries(config.summary_count, seed=config.samples_seed)[: config.limit]
+        cases += [
+            Case(SUMMARY, f"summary-{n:02d}", s.truth.kind, s.truth.language, summary_request_body(s), s)
+            for n, s in enumerate(summaries, 1)
+        ]
+    if CLASSIFICATION in config.types:
+        documents = generate_classifications(config.classification_count, seed=config.samples_seed)
+        cases += [
+            Case(
+                CLASSIFICATION,
+                f"classification-{n:02d}",
+                s.truth_label,
+                s.language,
+                classification_request_body(s, send_guides=SENDS_LABEL_GUIDES),
+                s,
+            )
+            for n, s in enumerate(documents[: config.limit], 1)
+        ]
+    return cases
+
+
+@dataclass(frozen=True)
+class TruthVerdict:
+    """Whether a faithful answer to the printed document passes the type's policy, how that was decided,
+    and the reasons when it does not (why a review of a correct answer is expected)."""
+
+    passes: bool
+    method: str
+    reasons: tuple[dict[str, str], ...] = ()
+    note: str | None = None
+
+
+def truth_verdict(case: Case, policy: TenantPolicy) -> TruthVerdict:
+    sample = case.sample
+    if isinstance(sample, SampleInvoice):
+        report = validate_invoice(expected_invoice(sample), sample.pages, policy)
+        return TruthVerdict(report.passed, BY_VALIDATE, tuple(r.as_dict() for r in report.reasons))
+    job_type = JOB_TYPES[case.job_type]
+    faithful = (
+        faithful_summary(sample) if isinstance(sample, SummarySample) else faithful_classification(sample)
+    )
+    try:
+        answer = job_type.output.model_validate(faithful)
+    except ValidationError as error:  # a newer output schema: say so rather than guess a verdict
+        return TruthVerdict(
+            True,
+            ASSUMED,
+            note=f"{job_type.schema_name} refuses the faithful answer ({error.error_count()} errors)",
+        )
+    options = job_type.parse_options(case.body.get("options"))
+    report = job_type.validate(answer, case.pages, options, policy)
+    return TruthVerdict(report.passed, BY_VALIDATE, tuple(r.as_dict() for r in report.reasons))
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A stored result against the truth: right or not, and what is wrong with it."""
+
+    correct: bool
+    problems: tuple[str, ...]
+    invoice_comparison: Any = None  # an invoice's per-field Comparison, for the field accuracy table
+
+
+def judge(case: Case, result: Mapping[str, Any] | None) -> Judged:
+    """Judges the stored result (as JSON, so a newer output model cannot change the verdict) by the
+    document: an invoice field by field, a summary by what it states, a label by equality."""
+    sample = case.sample
+    if isinstance(sample, SampleInvoice):
+        invoice = None
+        if result is not None:
+            try:
+                invoice = Invoice.model_validate(result)
+            except ValidationError as error:  # stored by an older schema; counted, never hidden
+                return Judged(False, (f"the stored result does not parse: {error.error_count()} errors",))
+        comparison = compare_invoice(invoice, expected_invoice(sample), sample.pages)
+        return Judged(comparison.exact, tuple(comparison.mismatches), comparison)
+    if result is None:
+        return Judged(False, ("no result",))
+    if isinstance(sample, SummarySample):
+        facts = [str(f.get("fact", "")) for f in result.get("key_facts") or [] if isinstance(f, Mapping)]
+        verdict = judge_summary(str(result.get("summary", "")), facts, sample.pages)
+        return Judged(verdict.correct, verdict.problems)
+    label = result.get("label")
+    right = judge_classification(label if isinstance(label, str) else None, sample.truth_label)
+    return Judged(right, () if right else (f"label {label!r}, the true label is {sample.truth_label!r}",))
+
+
+def review_reasons_by_code(reviewed: Iterable[Sequence[Mapping[str, Any]]]) -> dict[str, dict[str, int]]:
+    """Per reason code, how many reasons and how many reviewed documents gave it, the commonest first."""
+    reasons: Counter[str] = Counter()
+    documents: Counter[str] = Counter()
+    for document in reviewed:
+        codes = [str(reason.get("code")) for reason in document]
+        reasons.update(codes)
+        documents.update(set(codes))
+    order = sorted(reasons, key=lambda code: (-documents[code], -reasons[code], code))
+    return {code: {"documents": documents[code], "reasons": reasons[code]} for code in order}
 
 
 # --------------------------------------------------------------------------------------------- the server
@@ -423,72 +582,77 @@ async def run_to_the_end(env: Environment, job_id: UUID, timeout_s: float) -> di
 
 @dataclass
 class Measured:
-    sample: SampleInvoice
+    case: Case
     state: str
-    invoice: Invoice | None
+    result: dict[str, Any] | None
+    policy_version: str | None
     review_reasons: list[dict[str, Any]]
     attempts: list[dict[str, Any]]
     last_error: dict[str, Any] | None
     wall_s: float
-    stored_result_invalid: str | None = None
 
 
-async def run_sample(env: Environment, config: Config, sample: SampleInvoice) -> Measured:
+async def run_case(env: Environment, config: Config, case: Case) -> Measured:
     started = time.perf_counter()
-    request = CreateJobRequest.model_validate(request_body(sample))
+    request = CreateJobRequest.model_validate(case.body)
     accepted = accept_job(env.acceptance, env.tenant_id, f"bench-model-{secrets.token_hex(8)}", request)
     job_id = accepted.job.job_id
     # Every attempt may take the whole timeout, and retries wait a little between them.
     job = await run_to_the_end(env, job_id, config.timeout_s * config.max_attempts + 120)
     wall = time.perf_counter() - started
     results = _rows(env.db_url, "model_job_result", job_id=job_id)
-    invoice, invalid = None, None
-    if results:
-        try:
-            invoice = Invoice.model_validate(results[0]["result"])
-        except ValidationError as error:  # stored by an older schema; counted, never hidden
-            invalid = f"{error.error_count()} schema errors"
+    stored = results[0] if results else None
     return Measured(
-        sample,
+        case,
         job["state"],
-        invoice,
-        list(results[0]["review_reasons"]) if results else [],
+        stored["result"] if stored else None,
+        stored["policy_version"] if stored else None,
+        list(stored["review_reasons"] or []) if stored else [],
         _rows(env.db_url, "model_job_attempts", job_id=job_id),
         job["last_error"],
         wall,
-        invalid,
     )
 
 
-async def run_samples(
-    env: Environment, config: Config, samples: Sequence[SampleInvoice], server: ModelServer, console: Console
+async def run_cases(
+    env: Environment, config: Config, cases: Sequence[Case], server: ModelServer, console: Console
 ) -> list[Measured]:
     """One after another, in one event loop: the worker's async OpenAI client is bound to its loop."""
     measured = []
-    for index, sample in enumerate(samples, 1):
-        # A dead server would turn every remaining sample into a failed job; stop and show why instead.
+    for index, case in enumerate(cases, 1):
+        # A dead server would turn every remaining document into a failed job; stop and show why instead.
         if server.process.poll() is not None:
             raise RuntimeError(
                 f"the model server exited ({server.process.returncode}):\n{_log_tail(server.log_path)}"
             )
-        item = await run_sample(env, config, sample)
+        item = await run_case(env, config, case)
         measured.append(item)
         calls = ", ".join(f"{a['outcome']} {(a['latency_ms'] or 0) / 1000:.1f} s" for a in item.attempts)
-        console.print(f"  {index}/{len(samples)} {sample.kind:<18} {item.state:<16} {calls}")
+        what = f"{case.job_type} {case.kind}" + (f"/{case.language}" if case.language else "")
+        console.print(f"  {index}/{len(cases)} {what:<42} {item.state:<16} {calls}")
     return measured
 
 
 # ------------------------------------------------------------------------------------------------ the run
 
 
-def document_row(measured: Measured, comparison_mismatches: Sequence[str], cell: str) -> dict[str, Any]:
+def document_row(item: Measured, judged: Judged, truth: TruthVerdict, cell: str) -> dict[str, Any]:
+    case = item.case
     return {
-        "invoice_number": measured.sample.invoice_number,
-        "kind": measured.sample.kind,
-        "state": measured.state,
+        "name": case.name,
+        "kind": case.kind,
+        "language": case.language,
+        "state": item.state,
         "cell": cell,
-        "mismatches": list(comparison_mismatches),
-        "review_reasons": sorted({str(r.get("code")) for r in measured.review_reasons}),
+        # What is wrong with the answer: an invoice's mismatched fields, or the judge's findings.
+        "problems": list(judged.problems),
+        "review_reasons": [
+            {key: str(reason.get(key)) for key in ("code", "field", "detail")}
+            for reason in item.review_reasons
+        ],
+        "truth_passes_policy": truth.passes,
+        "truth_reasons": list(truth.reasons),
+        "policy_version": item.policy_version,
         "attempts": [
             {
                 "outcome": a["outcome"],
@@ -497,36 +661,66 @@ def document_row(measured: Measured, comparison_mismatches: Sequence[str], cell:
                 "completion_tokens": a["output_tokens"],
                 "error": (a["error"] or {}).get("detail") if a["error"] else None,
             }
-            for a in measured.attempts
+            for a in item.attempts
         ],
-        "wall_s": measured.wall_s,
-        # What the model wrote on the documents it got wrong: the mismatches name the fields, this the values.
-        "extraction": measured.invoice.model_dump(mode="json")
-        if measured.invoice is not None and comparison_mismatches
-        else None,
-        "last_error": measured.last_error,
-        "stored_result_invalid": measured.stored_result_invalid,
+        "wall_s": item.wall_s,
+        # What the model answered, wherever it did not go straight through correct.
+        "answer": item.result if cell != CORRECT_SUCCEEDED else None,
+        "last_error": item.last_error,
     }
 
 
-def summarize(measured: Sequence[Measured], policy: TenantPolicy) -> dict[str, Any]:
-    report = AccuracyReport()
+def _samples_described(cases: Sequence[Case]) -> dict[str, Any]:
+    languages = Counter(c.language for c in cases if c.language)
+    return {
+        "count": len(cases),
+        "kinds": dict(Counter(c.kind for c in cases)),
+        **({"languages": dict(languages)} if languages else {}),
+    }
+
+
+def summarize_type(job_type: str, measured: Sequence[Measured], policy: TenantPolicy) -> dict[str, Any]:
+    """One job type's figures: the confusion table and its rates, how the truth's verdicts were reached,
+    the reasons behind every review, timing and tokens, and one row per document."""
+    registered = JOB_TYPES[job_type]
     cells: list[str] = []
     documents = []
+    accuracy = AccuracyReport()
+    verdicts = []
     for item in measured:
-        comparison = compare_invoice(item.invoice, expected_invoice(item.sample), item.sample.pages)
+        judged = judge(item.case, item.result)
+        truth = truth_verdict(item.case, policy)
+        verdicts.append(truth)
         last_outcome = item.attempts[-1]["outcome"] if item.attempts else None
-        cell = classify(item.state, comparison.exact, truth_passes_policy(item.sample, policy), last_outcome)
+        cell = classify(item.state, judged.correct, truth.passes, last_outcome)
         cells.append(cell)
-        report.add(comparison, kind=item.sample.kind, outcome=item.state)
-        documents.append(document_row(item, comparison.mismatches, cell))
+        if judged.invoice_comparison is not None:
+            accuracy.add(judged.invoice_comparison, kind=item.case.kind, outcome=item.state)
+        documents.append(document_row(item, judged, truth, cell))
     calls = [a for item in measured for a in item.attempts if a["latency_ms"] is not None]
     completion_tokens = sum(a["output_tokens"] or 0 for a in calls)
     call_seconds = sum(a["latency_ms"] for a in calls) / 1000
-    return {
+    methods = sorted({v.method for v in verdicts})
+    summary: dict[str, Any] = {
+        "prompt_version": registered.prompt_version,
+        "response_schema": registered.schema_name,
+        "policy_version": registered.policy_version,
+        "policy_versions_stored": sorted({str(i.policy_version) for i in measured if i.policy_version}),
+        "samples": _samples_described([item.case for item in measured]),
+        "truth_policy": {
+            "method": methods[0] if len(methods) == 1 else "mixed",
+            "passing": sum(v.passes for v in verdicts),
+            "documents": len(verdicts),
+            "notes": sorted({v.note for v in verdicts if v.note}),
+        },
         "confusion": confusion(cells),
-        "accuracy": report.as_dict(),
-        "seconds_per_extraction": spread([a["latency_ms"] / 1000 for a in calls]),
+        "reviews": {
+            "documents": sum(item.state == "REVIEW_REQUIRED" for item in measured),
+            "by_code": review_reasons_by_code(
+                item.review_reasons for item in measured if item.state == "REVIEW_REQUIRED"
+            ),
+        },
+        "seconds_per_call": spread([a["latency_ms"] / 1000 for a in calls]),
         "seconds_per_document": spread([item.wall_s for item in measured]),
         "attempt_outcomes": dict(
             sorted(Counter(str(a["outcome"]) for item in measured for a in item.attempts).items())
@@ -538,13 +732,30 @@ def summarize(measured: Sequence[Measured], policy: TenantPolicy) -> dict[str, A
         },
         "documents": documents,
     }
+    if job_type == INVOICE:
+        summary["accuracy"] = accuracy.as_dict()
+    return summary
+
+
+def summarize(measured: Sequence[Measured], policy: TenantPolicy, types: Sequence[str]) -> dict[str, Any]:
+    by_type = {
+        job_type: summarize_type(job_type, [m for m in measured if m.case.job_type == job_type], policy)
+        for job_type in types
+    }
+    every_cell = [
+        cell
+        for figures in by_type.values()
+        for cell, count in figures["confusion"]["cells"].items()
+        for _ in range(count)
+    ]
+    return {"overall": confusion(every_cell), "job_types": by_type}
 
 
 def run(config: Config, console: Console) -> dict[str, Any]:
     started = datetime.now(UTC)
     clock_start = time.perf_counter()
     installed = install.ensure_installed(config.cache)
-    samples = pick_samples(config.count, config.samples_seed, config.limit)
+    cases = pick_cases(config)
     policy = sample_policy()
     model_name = install.MODEL_FILE.removesuffix(".gguf")
     extra, _ = structured_output_setting(config.structured_output)
@@ -553,14 +764,14 @@ def run(config: Config, console: Console) -> dict[str, Any]:
             machine = describe_machine(
                 db_url=env.db_url, database=env.db_source, aws="moto (in process)", provider=server.url
             )
-            kinds = ", ".join(f"{kind} {n}" for kind, n in Counter(s.kind for s in samples).items())
+            sets = ", ".join(f"{n} {job_type}" for job_type, n in Counter(c.job_type for c in cases).items())
             console.print(
-                f"{len(samples)} samples ({kinds}); the worker sends {env.structured_output['worker_sends']}"
+                f"{len(cases)} documents ({sets}); the worker sends {env.structured_output['worker_sends']}"
             )
-            measured = asyncio.run(run_samples(env, config, samples, server, console))
+            measured = asyncio.run(run_cases(env, config, cases, server, console))
             structured = env.structured_output
         served = server.stats()
-    summary = summarize(measured, policy)
+    summary = summarize(measured, policy, config.types)
     machine["load_average_after"] = load_average()
     return {
         "schema": SCHEMA,
@@ -578,18 +789,19 @@ def run(config: Config, console: Console) -> dict[str, Any]:
         },
         "engine": {**served["engine"], **{k: served[k] for k in ("context_size", "threads", "load_seconds")}},
         "structured_output": structured,
-        "prompt_version": PROMPT_VERSION,
-        "response_schema": SCHEMA_NAME,
         "config": {
+            "types": list(config.types),
             "count": config.count,
+            "summary_count": config.summary_count,
+            "classification_count": config.classification_count,
             "limit": config.limit,
             "samples_seed": config.samples_seed,
+            "label_guides_sent": SENDS_LABEL_GUIDES,
             "max_attempts": config.max_attempts,
             "max_output_tokens": config.max_output_tokens,
             "attempt_timeout_s": config.timeout_s,
             "decoding": "greedy (temperature 0)",
         },
-        "samples": {"count": len(samples), "kinds": dict(Counter(s.kind for s in samples))},
         "server": {
             key: served[key]
             for key in ("requests", "completions", "errors", "response_formats", "finish_reasons")
@@ -622,32 +834,56 @@ CELL_TITLES = {
 
 
 def print_report(console: Console, document: Mapping[str, Any]) -> None:
-    matrix = document["confusion"]
-    table = Table(
-        title=f"Outcome against truth, {document['model']['name']} {document['model']['quantization']}"
-    )
-    table.add_column("cell")
-    table.add_column("documents", justify="right")
-    for cell in CELLS:
-        table.add_row(CELL_TITLES[cell], str(matrix["cells"][cell]))
-    console.print(table)
-    console.print(
-        f"caught {_percent(matrix['caught_rate'])} of {matrix['wrong']} wrong; silently wrong "
-        f"{matrix['silently_wrong']} of {matrix['documents']}; "
-        f"needless review {_percent(matrix['needless_review_rate'])}"
-    )
-    fields = Table(title="Field accuracy")
-    for column in ("field", "matched", "compared", "accuracy"):
-        fields.add_column(column, justify="left" if column == "field" else "right")
-    for name, score in document["accuracy"]["fields"].items():
-        fields.add_row(name, str(score["matched"]), str(score["total"]), _percent(score["rate"]))
-    console.print(fields)
-    timing = document["seconds_per_extraction"]
-    console.print(
-        f"Seconds per extraction: mean {_seconds(timing['mean'])}, p50 {_seconds(timing['p50'])}, "
-        f"p95 {_seconds(timing['p95'])} over {timing['n']} calls; "
-        f"{(document['tokens']['completion_per_second'] or 0):.1f} completion tokens/s"
-    )
+    model = f"{document['model']['name']} {document['model']['quantization']}"
+    for job_type, figures in document["job_types"].items():
+        matrix = figures["confusion"]
+        table = Table(title=f"{job_type}: outcome against truth, {model}")
+        table.add_column("cell")
+        table.add_column("documents", justify="right")
+        for cell in CELLS:
+            table.add_row(CELL_TITLES[cell], str(matrix["cells"][cell]))
+        console.print(table)
+        truth = figures["truth_policy"]
+        console.print(
+            f"silently wrong {matrix['silently_wrong']} of {matrix['documents']}; caught "
+            f"{_percent(matrix['caught_rate'])} of {matrix['wrong']} wrong; needless review "
+            f"{_percent(matrix['needless_review_rate'])}; straight through "
+            f"{_percent(matrix['straight_through_rate'])}; a faithful answer passes the policy on "
+            f"{truth['passing']} of {truth['documents']} ({truth['method']})"
+        )
+        reasons = figures["reviews"]["by_code"]
+        if reasons:
+            console.print(
+                f"review reasons ({figures['reviews']['documents']} reviewed): "
+                + ", ".join(f"{code} {n['documents']}" for code, n in reasons.items())
+            )
+        for row in figures["documents"]:
+            if row["state"] == "REVIEW_REQUIRED" or row["cell"] == WRONG_SILENT:
+                codes = "; ".join(f"{r['code']} {r['field']}: {r['detail']}" for r in row["review_reasons"])
+                console.print(f"  {row['name']} {row['kind']} [{row['cell']}] {codes or '-'}")
+                for problem in row["problems"]:
+                    console.print(f"    wrong: {problem}")
+        timing = figures["seconds_per_call"]
+        console.print(
+            f"seconds per call: mean {_seconds(timing['mean'])}, p50 {_seconds(timing['p50'])}, "
+            f"p95 {_seconds(timing['p95'])} over {timing['n']} calls; "
+            f"{(figures['tokens']['completion_per_second'] or 0):.1f} completion tokens/s"
+        )
+    if INVOICE in document["job_types"]:
+        fields = Table(title="Invoice field accuracy")
+        for column in ("field", "matched", "compared", "accuracy"):
+            fields.add_column(column, justify="left" if column == "field" else "right")
+        for name, score in document["job_types"][INVOICE]["accuracy"]["fields"].items():
+            fields.add_row(name, str(score["matched"]), str(score["total"]), _percent(score["rate"]))
+        console.print(fields)
+
+
+def _types(text: str) -> tuple[str, ...]:
+    named = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in named if name not in TYPES]
+    if unknown or not named:
+        raise argparse.ArgumentTypeError(f"job types are {', '.join(TYPES)}; got {text!r}")
+    return tuple(t for t in TYPES if t in named)
 
 
 def parse_args(argv: Sequence[str] | None) -> Config:
@@ -655,9 +891,30 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         prog="python -m bench.model_accuracy", description=__doc__.splitlines()[0]
     )
     parser.add_argument(
-        "--count", type=int, default=DEFAULT_COUNT, help=f"samples in the set (default {DEFAULT_COUNT})"
+        "--types",
+        type=_types,
+        default=TYPES,
+        help=f"comma-separated job types to run, in this order whatever the order given (default all: "
+        f"{','.join(TYPES)})",
     )
-    parser.add_argument("--limit", type=int, default=None, help="run only the first N samples (a smoke run)")
+    parser.add_argument(
+        "--count", type=int, default=DEFAULT_COUNT, help=f"invoices in the set (default {DEFAULT_COUNT})"
+    )
+    parser.add_argument(
+        "--summary-count",
+        type=int,
+        default=DEFAULT_SUMMARY_COUNT,
+        help=f"summary documents in the set (default {DEFAULT_SUMMARY_COUNT})",
+    )
+    parser.add_argument(
+        "--classification-count",
+        type=int,
+        default=DEFAULT_CLASSIFICATION_COUNT,
+        help=f"classification documents in the set (default {DEFAULT_CLASSIFICATION_COUNT})",
+    )
+    parser.add_argument(
+        "--limit", type=int, default=None, help="run only the first N documents of each set (a smoke run)"
+    )
     parser.add_argument("--samples-seed", type=int, default=DEFAULT_SEED, help=f"default {DEFAULT_SEED}")
     parser.add_argument(
         "--structured-output",
@@ -682,6 +939,8 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be at least 1")
+    if min(args.count, args.summary_count, args.classification_count) < 1:
+        parser.error("every set needs at least one document")
     return Config(
         count=args.count,
         limit=args.limit,
@@ -692,7 +951,25 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         timeout_s=args.timeout,
         cache=args.cache,
         output=args.output,
+        types=args.types,
+        summary_count=args.summary_count,
+        classification_count=args.classification_count,
     )
+
+
+def recorded_arguments(argv: Sequence[str]) -> list[str]:
+    """The options to record for reproducing the run, without ``--cache``: like ``--output`` (which
+    bench.machine leaves out), it changes no figure, and its value is a path on the machine that ran it."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--cache":
+            skip = True
+        elif not arg.startswith("--cache="):
+            kept.append(arg)
+    return kept
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -705,7 +982,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     document = {
         "schema": document.pop("schema"),
-        "command": command_line("bench.model_accuracy", argv),
+        "command": command_line(
+            "bench.model_accuracy", recorded_arguments(sys.argv[1:] if argv is None else argv)
+        ),
         **document,
     }
     write_json(config.output, document)

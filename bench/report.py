@@ -1135,6 +1135,13 @@ def _rate_text(rate: float | None) -> str:
 
 
 def model_accuracy_section(doc: Doc) -> list[str]:
+    """Schema v1 measured invoices only; v2 measures every job type, each with its own figures."""
+    if doc.get("schema") == "tollgate.bench.model_accuracy/v1":
+        return _model_accuracy_v1_section(doc)
+    return _model_accuracy_v2_section(doc)
+
+
+def _model_accuracy_v1_section(doc: Doc) -> list[str]:
     model, engine, samples, config = doc["model"], doc["engine"], doc["samples"], doc["config"]
     matrix, accuracy, timing = doc["confusion"], doc["accuracy"], doc["seconds_per_extraction"]
     structured = doc["structured_output"]
@@ -1196,6 +1203,195 @@ def model_accuracy_section(doc: Doc) -> list[str]:
         ),
         "",
     ]
+    dropped = doc["server"]["dropped_schema_keywords"]
+    finishes = ", ".join(
+        f"{count} {reason}" for reason, count in sorted(doc["server"]["finish_reasons"].items())
+    )
+    lines += [
+        f"Completions by how they ended: {finishes or 'none'}. Schema constraints the server could not put "
+        "in its grammar: " + (", ".join(f"`{item}`" for item in dropped) if dropped else "none") + ".",
+        "",
+    ]
+    return lines
+
+
+MODEL_TYPE_TITLES = {
+    "invoice_extraction": "Invoice extraction",
+    "document_summary": "Document summary",
+    "document_classification": "Document classification",
+}
+MODEL_CELL_SHORT = {
+    "correct_succeeded": "correct + SUCCEEDED",
+    "wrong_review_required": "caught",
+    "wrong_succeeded": "**silently wrong**",
+    "correct_review_needless": "needless review",
+    "correct_review_expected": "expected review",
+    "failed_invalid_output": "invalid output",
+    "failed_other": "failed, other",
+}
+# How each type's answer is judged right, for the text under its heading.
+MODEL_JUDGED_BY = {
+    "invoice_extraction": "correct: equal to the sample's truth on every field that reaches an ERP",
+    "document_summary": "correct: every number and date it states is printed in the document, each key "
+    "fact's numbers and dates on one line together, each capitalised name in a fact printed "
+    "(tollgate_dev/document_judge.py, which never reads the model's quotes)",
+    "document_classification": "correct: the document's one true label",
+}
+
+
+def _cell_text(text: str) -> str:
+    """Free text (a reviewer's reason, a judge's finding) made safe for one markdown table cell or bullet."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _truth_text(truth: Doc) -> str:
+    if truth["method"] == "assumed":
+        notes = "; ".join(truth["notes"])
+        return f"every document is treated as passing the policy: no faithful answer could be built ({notes})"
+    how = "through the type's own `validate`" if truth["method"] == "validate" else "(methods mixed)"
+    return (
+        f"a faithful answer built from the truth passes the policy on {truth['passing']} of "
+        f"{truth['documents']} documents (run {how}); a correct answer sent to review counts as needless "
+        "on those and as expected on the rest"
+    )
+
+
+def _model_type_lines(job_type: str, figures: Doc) -> list[str]:
+    matrix, reviews, timing = figures["confusion"], figures["reviews"], figures["seconds_per_call"]
+    samples = figures["samples"]
+    kinds = ", ".join(f"{count} {kind.replace('_', ' ')}" for kind, count in samples["kinds"].items())
+    languages = samples.get("languages")
+    lines = [
+        f"### {MODEL_TYPE_TITLES.get(job_type, job_type)}",
+        "",
+        f"{samples['count']} document{'' if samples['count'] == 1 else 's'} ({kinds}"
+        + (
+            "; languages " + ", ".join(f"{n} {lang}" for lang, n in sorted(languages.items()))
+            if languages
+            else ""
+        )
+        + f"). Prompt `{figures['prompt_version']}`, schema `{figures['response_schema']}`, policy "
+        f"`{figures['policy_version']}`. {MODEL_JUDGED_BY.get(job_type, '').capitalize()}; "
+        f"{_truth_text(figures['truth_policy'])}.",
+        "",
+        f"- Straight through (correct and SUCCEEDED, of all): {_rate_text(matrix['straight_through_rate'])}.",
+        f"- Silently wrong: {matrix['silently_wrong']} of {matrix['documents']} (target 0); caught "
+        f"{_rate_text(matrix['caught_rate'])} of the {matrix['wrong']} wrong answers.",
+        f"- Needless review: {_rate_text(matrix['needless_review_rate'])} of the correct answers to "
+        "documents that pass the policy.",
+        f"- Seconds per call: mean {num(timing['mean'])} s, p50 {num(timing['p50'])} s, p95 "
+        f"{num(timing['p95'])} s over {timing['n']} calls."
+        if timing["n"]
+        else "- No provider call finished.",
+        "",
+    ]
+    if reviews["by_code"]:
+        lines += [
+            f"Reasons behind the {reviews['documents']} reviews (a document may give several):",
+            "",
+            *table(
+                ["reason code", "documents", "reasons"],
+                [
+                    [f"`{code}`", str(count["documents"]), str(count["reasons"])]
+                    for code, count in reviews["by_code"].items()
+                ],
+                right=[1, 2],
+            ),
+            "",
+        ]
+    shown = [row for row in figures["documents"] if row["cell"] != "correct_succeeded"]
+    if shown:
+        lines += [
+            "<details><summary>Each document that did not go straight through: its cell, what is wrong "
+            "with the answer, and every review reason</summary>",
+            "",
+        ]
+        for row in shown:
+            what = row["kind"].replace("_", " ") + (f", {row['language']}" if row.get("language") else "")
+            lines.append(f"- `{row['name']}` ({what}): {MODEL_CELL_SHORT.get(row['cell'], row['cell'])}")
+            lines += [f"  - wrong: {_cell_text(problem)}" for problem in row["problems"]]
+            lines += [
+                f"  - `{reason['code']}` {_cell_text(reason['field'])}: {_cell_text(reason['detail'])}"
+                for reason in row["review_reasons"]
+            ]
+            if row["cell"] == "correct_review_expected":
+                lines += [
+                    f"  - the faithful answer too: `{reason['code']}` {_cell_text(reason['detail'])}"
+                    for reason in row["truth_reasons"]
+                ]
+        lines += ["", "</details>", ""]
+    accuracy = figures.get("accuracy")
+    if accuracy:
+        lines += [
+            "Per-field accuracy (line fields counted per line):",
+            "",
+            *table(
+                ["field", "matched", "compared", "accuracy"],
+                [
+                    [name, str(score["matched"]), str(score["total"]), _rate_text(score["rate"])]
+                    for name, score in accuracy["fields"].items()
+                ],
+                right=[1, 2, 3],
+            ),
+            "",
+        ]
+    return lines
+
+
+def _model_accuracy_v2_section(doc: Doc) -> list[str]:
+    model, engine, config = doc["model"], doc["engine"], doc["config"]
+    structured, types = doc["structured_output"], doc["job_types"]
+    lines = ["## Real-model accuracy", "", *provenance("model_accuracy", doc)]
+    if config["limit"] is not None:
+        lines += [
+            f"**A smoke run:** the first {config['limit']} document(s) of each set. It shows the harness "
+            "and the model work end to end; it is too small to say how often the model is wrong.",
+            "",
+        ]
+    lines += [
+        "Sample documents of each job type (seed "
+        f"{config['samples_seed']}) accepted into a scratch database and run by the worker's own attempt "
+        "code (fair claim, budget permit, provider call, strict parsing, the type's validation policy, "
+        f"fenced commit) against {model['name']} {model['quantization']} "
+        f"({num(model['bytes'] / 1e9, 2)} GB GGUF from {model['source']}), served on 127.0.0.1 by "
+        f"{engine['name']} {engine['version']} ({engine['build']} CPU build, {engine['threads']} threads, "
+        f"{engine['context_size']:,}-token context) in the OpenAI wire format; {config['decoding']}, "
+        f"{config['max_attempts']} attempt(s) per job. The worker sent `{structured['worker_sends']}`"
+        + (f" ({structured['note']})" if structured.get("note") else "")
+        + ". Tenant label guides: "
+        + (
+            "sent with the classification documents that have them."
+            if config["label_guides_sent"]
+            else "not sent (this service's classification options have no `label_guides`)."
+        ),
+        "",
+        "Outcome against truth, per job type (straight through: correct and SUCCEEDED, of all; needless "
+        "review: of the correct answers to documents that pass the policy):",
+        "",
+        *table(
+            [
+                "job type",
+                "documents",
+                *MODEL_CELL_SHORT.values(),
+                "straight-through rate",
+                "needless review rate",
+            ],
+            [
+                [
+                    f"`{job_type}`",
+                    str(figures["confusion"]["documents"]),
+                    *(str(figures["confusion"]["cells"][cell]) for cell in MODEL_CELL_SHORT),
+                    _rate_text(figures["confusion"]["straight_through_rate"]),
+                    _rate_text(figures["confusion"]["needless_review_rate"]),
+                ]
+                for job_type, figures in types.items()
+            ],
+            right=range(1, len(MODEL_CELL_SHORT) + 4),
+        ),
+        "",
+    ]
+    for job_type, figures in types.items():
+        lines += _model_type_lines(job_type, figures)
     dropped = doc["server"]["dropped_schema_keywords"]
     finishes = ", ".join(
         f"{count} {reason}" for reason, count in sorted(doc["server"]["finish_reasons"].items())
@@ -1705,7 +1901,9 @@ def summary_rows(results: Mapping[str, Doc]) -> list[list[str]]:
             ]
         )
     model = results.get("model_accuracy")
-    if model:
+    if model and "job_types" in model:
+        rows.append(_model_accuracy_summary(model))
+    elif model:
         matrix = model["confusion"]
         smoke = " (smoke run)" if model["config"]["limit"] is not None else ""
         rows.append(
@@ -1719,6 +1917,28 @@ def summary_rows(results: Mapping[str, Doc]) -> list[list[str]]:
             ]
         )
     return rows
+
+
+def _model_accuracy_summary(model: Doc) -> list[str]:
+    """One row for every job type the run measured: silently wrong, then straight through per type."""
+    overall, types = model["overall"], model["job_types"]
+    smoke = " (smoke run)" if model["config"]["limit"] is not None else ""
+
+    def short(job_type: str) -> str:
+        return job_type.rsplit("_", maxsplit=1)[-1]
+
+    return [
+        f"real model: wrong answers that SUCCEEDED{smoke}",
+        f"{overall['silently_wrong']} of {overall['documents']}",
+        "; ".join(
+            f"{short(t)}: {f['confusion']['silently_wrong']} of {f['confusion']['documents']} silently "
+            f"wrong, straight through {_rate_text(f['confusion']['straight_through_rate'])}, needless review "
+            f"{_rate_text(f['confusion']['needless_review_rate'])}"
+            for t, f in types.items()
+        ),
+        "",
+        f"`model_accuracy.json` {run_date(model)}",
+    ]
 
 
 # ------------------------------------------------------------------------------------------- open loop
