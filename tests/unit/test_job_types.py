@@ -76,7 +76,9 @@ def test_a_summary_without_facts_fails_and_a_fact_on_the_wrong_page_is_found_whe
     misplaced = DocumentSummary.model_validate(
         {
             "summary": "Signed.",
-            "key_facts": [{"fact": "Signed in Hamburg", "evidence": {"page": 1, "quote": "Signed in Hamburg"}}],
+            "key_facts": [
+                {"fact": "Signed in Hamburg", "evidence": {"page": 1, "quote": "Signed in Hamburg"}}
+            ],
         }
     )
     report = DOCUMENT_SUMMARY.validate(misplaced, PAGES, options, NO_POLICY)

@@ -346,7 +346,14 @@ def test_an_adversary_mistake_changes_one_value_and_quotes_a_real_line_for_it(mi
         else:
             assert changed == CHANGES[mistake], (sample.supplier, sample.language)
         for name, evidence in evidence_fields(got):
-            assert evidence is None or locate(evidence, sample.pages) is not None, (name, evidence)
+            if evidence is None:
+                continue
+            if mistake in (Mistake.CUT_INVOICE_NUMBER, Mistake.CUT_DATE) and name in changed:
+                # Text of the page, cut inside a token: printed, but not as whole tokens.
+                page = " ".join(sample.pages[evidence.page - 1].split())
+                assert " ".join(evidence.quote.split()) in page and locate(evidence, sample.pages) is None
+            else:
+                assert locate(evidence, sample.pages) is not None, (name, evidence)
         check = CHECKS[mistake]
         check(got, truth, sample)
     assert applied >= 10, f"{mistake} applied to only {applied} documents"
