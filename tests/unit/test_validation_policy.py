@@ -229,6 +229,16 @@ def test_the_tax_must_be_the_subtotal_times_the_rate_within_the_documents_roundi
     assert reasons(stale, pages=pages) == [("tax_rate_mismatch", "tax")]
 
 
+def test_a_rate_is_not_an_amount_and_the_currency_is_the_one_beside_a_labelled_amount():
+    # "19" of "VAT 19%" is the rate: a tax amount of 19.00 is not printed under the tax's label.
+    rate_as_amount = invoice(
+        tax={"rate_percent": "19", "amount": "19.00", "evidence": ev(2, "VAT 19% 504,19 EUR")}
+    )
+    assert ("value_not_labelled", "tax") in reasons(rate_as_amount)
+    # A misread total does not make the currency printed beside the real one unlabelled.
+    assert reasons(invoice(total="3157.18")) == [("total_mismatch", "total"), ("value_not_printed", "total")]
+
+
 def test_an_issue_date_after_the_due_date_fails():
     pages = (PAGE_1.replace("24.02.2026", "27.03.2026"), PAGE_2)
     got = reasons(invoice(issue_date="2026-03-27"), pages=pages)

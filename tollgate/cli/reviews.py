@@ -165,7 +165,12 @@ def _print_review(view: ReviewView) -> None:
     for item in view.evidence:
         where = f"page {item.page}, {item.start}-{item.end}" if item.found else "NOT FOUND in the document"
         _line(f"  {item.field}: {item.value}")
-        _line(f"    quote   {json.dumps(item.quote) if item.quote is not None else '(none given)'} ({where})")
+        if item.located:
+            label = f'under "{item.label.text}" ({item.label.field})' if item.label else "with no label"
+            _line(f"    found   by the policy, {where}, {label}")
+        _line(f"    quote   {json.dumps(item.quote) if item.quote is not None else '(none given)'}")
+        if not item.located:
+            _line(f"            the quote is {'at ' + where if item.found else where}")
         if item.context is not None:
             marked = f"{item.context.before}[[{item.context.text}]]{item.context.after}"
             _line(f"    context {json.dumps(marked, ensure_ascii=False)}")

@@ -65,6 +65,8 @@ _ROW_POSITION = re.compile(r"[ \t]*(?:[0-9]{1,3}[.)]?[ \t]+)?")
 _LABEL_OF = {"tax.rate_percent": fields.TAX}
 # A line with one of these labels is about the customer's side, whatever else it prints.
 _NOT_THE_SUPPLIERS = frozenset({fields.CUSTOMER, fields.DIRECT_DEBIT})
+# The labelled amounts a currency printed beside names the invoice's currency.
+_AMOUNT_FIELDS = frozenset({fields.TOTAL, fields.SUBTOTAL, fields.TAX})
 
 
 def iban_is_valid(iban: str) -> bool:
@@ -310,21 +312,26 @@ class _Locator:
         return None if context & _NOT_THE_SUPPLIERS else label
 
     def currency_at(self, span: Span) -> Label | bool | None:
-        """A currency printed beside an amount of this invoice, in the amounts' column header, or after a
-        currency label; a currency named anywhere else (a note on other ways to pay) is not the invoice's."""
+        """A currency printed beside an amount the page labels as a total, subtotal or tax (or beside a row's
+        amount), in the amounts' column header, or after a currency label; a currency named anywhere else (a
+        note on other ways to pay) is not the invoice's."""
         label = self.document.governing_label(span, LEXICON)
         if label is not None and label.field == fields.CURRENCY:
             return label
         text = self.document.page(span.page).text
-        for money in self.money_spans:
+        for money, _ in self.numbers():
             if money.page != span.page:
                 continue
             between = (
                 text[span.end : money.start] if span.end <= money.start else text[money.end : span.start]
             )
-            if re.fullmatch(r"[ \t]*", between):
-                governing = self.document.governing_label(money, LEXICON, _TAX_GLUE)
-                return governing if governing is not None else True
+            if not re.fullmatch(r"[ \t]*", between):
+                continue
+            governing = self.document.governing_label(money, LEXICON, _TAX_GLUE)
+            if governing is not None and governing.field in _AMOUNT_FIELDS:
+                return governing
+            if money in self.money_spans:
+                return True
         header = self.document.labels_on(self.document.line_of(span), LEXICON)
         if (
             sum(1 for h in header if h.field == fields.COLUMN) >= 2
@@ -350,7 +357,15 @@ class _Locator:
         if not re.fullmatch(r"-?[0-9]+\.[0-9]{2}", value):
             return []
         wanted = Decimal(value)
-        return [span for span, token in self.numbers() if _money_reading(token) == wanted]
+        return [
+            span
+            for span, token in self.numbers()
+            if _money_reading(token) == wanted and not self.percent(span)
+        ]
+
+    def percent(self, span: Span) -> bool:
+        """Whether the number at ``span`` is a percentage (a tax rate is not an amount)."""
+        return re.match(r"[ \t]?%", self.document.page(span.page).text[span.end : span.end + 2]) is not None
 
     def rates(self, value: str) -> list[Span]:
         if not re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", value):
@@ -358,8 +373,7 @@ class _Locator:
         wanted = Decimal(value)
         found = []
         for span, token in self.numbers():
-            after = self.document.page(span.page).text[span.end : span.end + 2]
-            rate = re.match(r"[ \t]?%", after) and re.fullmatch(r"[0-9]+(?:[.,][0-9]+)?", token)
+            rate = self.percent(span) and re.fullmatch(r"[0-9]+(?:[.,][0-9]+)?", token)
             if rate and Decimal(token.replace(",", ".")) == wanted:
                 found.append(span)
         return found
