@@ -20,6 +20,7 @@ from datetime import date, timedelta
 from decimal import Decimal
 from typing import Any
 
+from tollgate_dev.samples import MONTHS as INVOICE_MONTHS
 from tollgate_dev.samples import money_text
 
 SUMMARY = "document_summary"
@@ -61,20 +62,7 @@ QUANTITY = "quantity"
 REFERENCE = "reference"
 
 MONTHS = {
-    "en": (
-        "January",
-        "February",
-        "March",
-        "April",
-        "May",
-        "June",
-        "July",
-        "August",
-        "September",
-        "October",
-        "November",
-        "December",
-    ),
+    "en": INVOICE_MONTHS,
     "de": (
         "Januar",
         "Februar",

@@ -69,7 +69,9 @@ def test_show_prints_the_reasons_and_each_values_evidence_in_the_document(review
 
     assert shown.exit_code == 0, shown.output
     assert "total_mismatch (total)" in shown.stdout
-    assert 'quote   "Total due 999.60 EUR"\n            the quote is at page 1, ' in shown.stdout, "not located"
+    assert 'quote   "Total due 999.60 EUR"\n            the quote is at page 1, ' in shown.stdout, (
+        "not located"
+    )
     assert "iban: DE89370400440532013000\n    found   by the policy, page 1, " in shown.stdout
     assert 'under "IBAN" (iban)' in shown.stdout, "where the policy found it and the label there"
     assert "[[Total due 999.60 EUR]]" in shown.stdout, "the quote marked in its context"

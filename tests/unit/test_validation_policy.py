@@ -29,6 +29,8 @@ from tollgate.jobtypes.invoice_extraction.validation import (
 from tollgate_dev.samples import (
     CLEAN,
     EXTRAS,
+    INCONSISTENT_TOTAL,
+    KINDS,
     LANGUAGES,
     MULTI_PAGE,
     NOTE_CURRENCIES,
@@ -614,6 +616,30 @@ EXPECTED_CODES = {
     Mistake.DESCRIPTIONS_SWAPPED: {"line_not_printed"},
     Mistake.DESCRIPTION_INVENTED: {"value_not_printed"},
 }
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+@pytest.mark.parametrize("extras", [(), EXTRAS], ids=["plain", "with extra lines"])
+def test_the_truthful_answer_to_every_sample_passes_and_every_value_is_located(language, extras):
+    for sample in generate_invoices(40, seed=3, kinds=KINDS, language=language, extras=extras):
+        answer = Invoice.model_validate(extract(list(sample.pages)))
+        report = validate_invoice(answer, sample.pages, ALL_CURRENCIES)
+        expected = {"total_mismatch"} if sample.kind == INCONSISTENT_TOTAL else set()
+        assert {r.code for r in report.reasons} == expected, (report.reasons, sample.pages)
+        values = {
+            "supplier",
+            "invoice_number",
+            "issue_date",
+            "due_date",
+            "currency",
+            "subtotal",
+            "tax",
+            "total",
+        }
+        values |= {f"line_items[{i}]" for i in range(len(sample.lines))} | (
+            {"iban"} if sample.iban else set()
+        )
+        assert values <= set(report.located), sample.kind
 
 
 def test_every_mistake_but_a_misplaced_quote_is_expected_to_fail():

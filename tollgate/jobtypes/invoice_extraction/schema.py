@@ -1,10 +1,10 @@
 """The invoice schema the model fills through structured outputs, parsed strictly.
 
 Money is a decimal string with two places ("119.00"), never a float. Every value that reaches an ERP carries
-its evidence: the page it is printed on and the exact text it was read from there. The policy resolves each
-quote to a character span of that page and checks that the span says the value (validation.py), so an
-invented value cannot carry made-up evidence. A field the model cannot read is null and lands in review;
-nothing is guessed.
+its evidence: the page it is printed on and the text it was read from there. The policy (validation.py)
+takes that evidence as a hint only: it finds each value on the page itself, under its own field's label, so
+neither an invented value nor a real line quoted for the wrong field passes. A field the model cannot read
+is null and lands in review; nothing is guessed.
 """
 
 from __future__ import annotations
