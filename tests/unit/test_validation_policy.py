@@ -450,6 +450,14 @@ def test_the_customers_direct_debit_line_never_holds_the_suppliers_iban():
     assert "under 'IBAN', but on a line about the customer, direct debit" in detail
 
 
+def test_an_iban_under_a_direct_debit_heading_is_the_customers():
+    headed = (PAGE_1, PAGE_2.replace("Direct debit from customer account IBAN", "Direct debit:\nIBAN"))
+    assert reasons(invoice(), pages=headed) == []
+    assert reasons(invoice(iban=CUSTOMER_IBAN), ACCEPTS_UNVERIFIED, headed) == [
+        ("value_not_labelled", "iban")
+    ]
+
+
 def test_the_reason_names_the_label_that_governs_the_wrong_value():
     report = validate_invoice(invoice(issue_date="2026-03-26"), PAGES, POLICY)
     (reason,) = report.reasons

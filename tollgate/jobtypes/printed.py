@@ -247,7 +247,7 @@ class PrintedDocument:
             return None
         above = page.lines[line.number - 1]
         labels = self.labels_on(above, lexicon)
-        if not labels or not self._only_glue(self._without_labels(page.text, above, labels), None):
+        if not labels or not self.only_labels(above, labels):
             return None
         column = (span.start - line.start, span.end - line.start)
         in_column = [
@@ -260,6 +260,10 @@ class PrintedDocument:
         if len(labels) == 1 and self._only_glue(page.text[line.start : span.start], glue):
             return labels[0]
         return None
+
+    def only_labels(self, line: Line, labels: Iterable[Label]) -> bool:
+        """Whether ``line`` prints nothing but ``labels`` (its own) and punctuation: a header or a heading."""
+        return self._only_glue(self._without_labels(self.page(line.page).text, line, labels), None)
 
     def line_fields(self, span: Span, lexicon: Lexicon) -> set[str]:
         """The fields of every label printed on the line of ``span``."""

@@ -276,8 +276,7 @@ class _Locator:
         what = field.replace("tax.rate_percent", "tax rate").replace("_", " ")
         where = f"{shown!r} is printed on page {span.page}"
         if label is not None and label.field == _LABEL_OF.get(field, field):
-            context = self.document.line_fields(span, LEXICON)
-            context |= self.document.line_fields(label.span, LEXICON)
+            context = self.iban_context(span, label)
             about = ", ".join(sorted(c.replace("_", " ") for c in context & _NOT_THE_SUPPLIERS))
             detail = f"{where} under {label.text!r}, but on a line about the {about}, not the supplier's"
         elif label is not None:
@@ -304,12 +303,27 @@ class _Locator:
         return None if fields.CUSTOMER in self.document.line_fields(span, LEXICON) else True
 
     def iban_at(self, span: Span) -> Label | None:
-        """The supplier's bank details, never a line about the customer's account or a direct debit."""
+        """The supplier's bank details, never a line about the customer's account or a direct debit, nor one
+        under such a heading."""
         label = self.document.governing_label(span, LEXICON)
         if label is None or label.field != fields.IBAN:
             return None
+        return None if self.iban_context(span, label) & _NOT_THE_SUPPLIERS else label
+
+    def iban_context(self, span: Span, label: Label) -> set[str]:
+        """The fields named on the IBAN's line, on its label's line, and on the headings right above (lines
+        of labels only, such as "Direct debit:"): OCR text often has no blank lines to tell blocks apart, so
+        a heading counts only while nothing but headings stands between it and the IBAN."""
+        page = self.document.page(span.page)
         context = self.document.line_fields(span, LEXICON) | self.document.line_fields(label.span, LEXICON)
-        return None if context & _NOT_THE_SUPPLIERS else label
+        line = page.line_at(label.span.start)
+        while line.number > 0:
+            line = page.lines[line.number - 1]
+            labels = self.document.labels_on(line, LEXICON)
+            if not labels or not self.document.only_labels(line, labels):
+                break
+            context |= {found.field for found in labels}
+        return context
 
     def currency_at(self, span: Span) -> Label | bool | None:
         """A currency printed beside an amount the page labels as a total, subtotal or tax (or beside a row's
