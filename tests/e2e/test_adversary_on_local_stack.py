@@ -24,9 +24,11 @@ from tollgate_dev.local.runtime import LocalStack
 from tollgate_dev.samples import (
     CLEAN,
     EXTRAS,
+    INJECTION,
     LANGUAGES,
     MULTI_PAGE,
     NOTE_CURRENCIES,
+    OCR_NOISE,
     SUPPLIERS,
     generate_invoices,
     request_body,
@@ -153,6 +155,32 @@ def test_every_adversary_class_is_tried_here():
         "label_outside_set",
     }
     assert {fault.value for fault in DOCUMENT_CLASSES} == adversarial
+
+
+def test_the_truth_of_every_sample_kind_language_and_layout_succeeds(adversary):
+    """No false alarm on the truth: every consistent kind (multi-page, OCR noise and planted instructions
+    included) in every language, with and without the lines that name other values, ends SUCCEEDED."""
+    kinds = (CLEAN, MULTI_PAGE, OCR_NOISE, INJECTION)
+    samples = [
+        sample
+        for language in LANGUAGES
+        for extras in ((), EXTRAS)
+        for sample in generate_invoices(len(kinds), seed=31, kinds=kinds, language=language, extras=extras)
+    ]
+    assert adversary.stack.simulator.queued_faults() == []
+    job_ids = {}
+    for index, sample in enumerate(samples):
+        accepted = adversary.client.submit(request_body(sample), f"truth-sample-{index}")
+        assert accepted.status == 202, accepted.json
+        job_ids[accepted.json["job_id"]] = (sample.kind, sample.language, ",".join(sorted(sample.extras)))
+    assert adversary.stack.wait_for(
+        lambda: all(adversary.state(j) in TERMINAL for j in job_ids), timeout=PATIENCE_SECONDS
+    )
+    ended = {described: adversary.state(job_id) for job_id, described in job_ids.items()}
+    assert {state for state in ended.values()} == {"SUCCEEDED"}, ended
+    assert {sample.language for sample in samples} == set(LANGUAGES) and any(
+        len(s.pages) > 1 for s in samples
+    )
 
 
 def assert_named(reasons: set[tuple[str, str]], expected: tuple[str, str | None]) -> None:

@@ -241,6 +241,37 @@ def test_a_correction_that_passes_the_policy_is_accepted_and_the_result_is_the_c
     assert events(clean_db, job_id)[-1][0] == "extraction.completed.v1"
 
 
+def test_a_correction_is_judged_by_the_same_rules_as_the_model_a_value_under_another_label_is_refused(
+    reviewing, system_db, clean_db
+):
+    tenant, reviewer, _ = reviewing
+    job_id = waiting_review(tenant, system_db, extraction(total="999.70"))
+    version = review(reviewer, job_id).json["state_version"]
+
+    # 840.00 is printed, but after "Subtotal": a reviewer cannot make it the total either.
+    refused = decide(
+        reviewer, job_id, {"decision": "correct", "note": "try", "corrections": {"total": "840.00"}}, version
+    )
+    accepted = decide(
+        reviewer,
+        job_id,
+        {"decision": "correct", "note": "as printed", "corrections": {"total": "999.60"}},
+        version,
+    )
+
+    problem = assert_problem(refused, 422, "correction-fails-validation")
+    assert {(r["code"], r["field"]) for r in problem["reasons"]} == {
+        ("value_not_labelled", "total"),
+        ("total_mismatch", "total"),
+    }
+    assert accepted.status == 200, accepted.json
+    [decision] = query(clean_db, "SELECT located_evidence FROM review_decisions WHERE job_id = %s", job_id)
+    total = next(entry for entry in decision["located_evidence"] if entry["field"] == "total")
+    assert (total["text"], total["label"]["text"]) == ("999.60", "Total due"), "the correction's own evidence"
+    result = tenant.client.request("GET", f"/extraction-jobs/{job_id}/result").json
+    assert {e["field"]: e["text"] for e in result["evidence"]}["total"] == "999.60"
+
+
 def test_a_correction_that_still_fails_is_refused_with_its_reasons_and_changes_nothing(
     reviewing, system_db, clean_db
 ):
