@@ -83,6 +83,7 @@ bench: setup ## Run the benchmarks; results go to bench/results/, figures to BEN
 	$(RUN) -m bench.acceptance
 	$(RUN) -m bench.cold_start
 	$(RUN) -m bench.accuracy
+	$(RUN) -m bench.policy_cost
 	$(RUN) -m bench.relay
 	$(RUN) -m bench.drain
 	$(RUN) -m bench.drain --profile tokens

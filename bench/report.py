@@ -36,6 +36,7 @@ BENCHMARKS = (
     "openloop",
     "live_notifications",
     "accuracy",
+    "policy_cost",
     "model_accuracy",
 )
 # How to make a results file whose benchmark module is not simply named after it.
@@ -1119,6 +1120,43 @@ def accuracy_section(doc: Doc) -> list[str]:
     return lines
 
 
+# ----------------------------------------------------------------------------------------- policy cost
+
+
+def policy_cost_section(doc: Doc) -> list[str]:
+    lines = ["## Validation policy cost", "", *provenance("policy_cost", doc)]
+    rows = doc["shapes"]
+    lines += [
+        "What each job type's policy costs a worker per result, beside the plain step every result already "
+        "takes (parsing the model's JSON into the strict output schema), measured side by side in each of "
+        f"{rows[0]['rounds']} rounds; p50 of the rounds. The longest invoice prints every value and label "
+        "many times over, the search's worst case.",
+        "",
+        *table(
+            ["document", "policy", "values located", "parse", "policy", "policy ÷ parse", "policy a page"],
+            [
+                [
+                    row["shape"],
+                    f"`{row['policy_version']}`",
+                    str(row["values_located"]),
+                    f"{ms(row['parse_ms_p50'])} ms",
+                    f"{ms(row['policy_ms_p50'])} ms",
+                    times(row["policy_over_parse"]),
+                    f"{ms(row['policy_per_page_ms'])} ms",
+                ]
+                for row in rows
+            ],
+            right=[2, 3, 4, 5, 6],
+        ),
+        "",
+        "The policy reads the page itself (every value's candidates, the labels of their lines), so it costs "
+        "far more than a parse; it grows with the pages, not with anything stored, and stays milliseconds "
+        "against a provider call of seconds.",
+        "",
+    ]
+    return lines
+
+
 MODEL_CELLS = {
     "correct_succeeded": "correct + SUCCEEDED",
     "wrong_review_required": "wrong + REVIEW_REQUIRED (caught)",
@@ -1900,6 +1938,18 @@ def summary_rows(results: Mapping[str, Doc]) -> list[list[str]]:
                 f"`accuracy.json` {run_date(accuracy)}",
             ]
         )
+    policy = results.get("policy_cost")
+    if policy:
+        one = policy["shapes"][0]
+        rows.append(
+            [
+                f"validation policy on an {one['shape']}",
+                f"{ms(one['policy_ms_p50'])} ms",
+                f"parsing the answer: {ms(one['parse_ms_p50'])} ms",
+                times(one["policy_over_parse"]),
+                f"`policy_cost.json` {run_date(policy)}",
+            ]
+        )
     model = results.get("model_accuracy")
     if model and "job_types" in model:
         rows.append(_model_accuracy_summary(model))
@@ -2375,6 +2425,7 @@ SECTIONS: dict[str, Callable[[Doc], list[str]]] = {
     "openloop": openloop_section,
     "live_notifications": live_notifications_section,
     "accuracy": accuracy_section,
+    "policy_cost": policy_cost_section,
     "model_accuracy": model_accuracy_section,
 }
 

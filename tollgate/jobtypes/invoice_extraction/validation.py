@@ -210,6 +210,7 @@ class _Locator:
         self.report = report
         self.pages = tuple(page.text for page in document.pages)
         self._numbers: list[tuple[Span, str]] | None = None
+        self._amounts: list[tuple[Span, Decimal]] | None = None
         self._dates: list[tuple[Span, str]] | None = None
         self.money_spans: list[Span] = []  # every amount located, for the currency printed beside one
 
@@ -370,12 +371,15 @@ class _Locator:
     def amounts(self, value: str) -> list[Span]:
         if not re.fullmatch(r"-?[0-9]+\.[0-9]{2}", value):
             return []
+        if self._amounts is None:
+            # Each printed number read once as an amount; a percentage (a tax rate) is none.
+            self._amounts = [
+                (span, reading)
+                for span, token in self.numbers()
+                if (reading := _money_reading(token)) is not None and not self.percent(span)
+            ]
         wanted = Decimal(value)
-        return [
-            span
-            for span, token in self.numbers()
-            if _money_reading(token) == wanted and not self.percent(span)
-        ]
+        return [span for span, reading in self._amounts if reading == wanted]
 
     def percent(self, span: Span) -> bool:
         """Whether the number at ``span`` is a percentage (a tax rate is not an amount)."""
