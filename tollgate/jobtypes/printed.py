@@ -5,8 +5,8 @@ A value is *printed* where the page has its exact characters (runs of whitespace
 else is relaxed: no case, look-alike or compatibility folding) as whole tokens: the match neither starts nor
 ends inside a token ("0001" is not printed in "00014", "4.05.2026" not in "24.05.2026"). A value is
 *governed* by the label before it on its line, with nothing but punctuation and the field's own glue
-(a currency code before an amount, a rate before a tax) between them; a value alone at the start of its line
-is governed by the line above (the label in its column, or the only label of a line of labels). The policies
+(a currency code before an amount, a rate before a tax) between them; a value with no label before it on its
+line is governed by a line of labels right above (the label in its column, or the only one). The policies
 accept a value only where a label of its own field governs it, so a wrong value quoted from a real line
 ("Due", "Order no.", a customer's direct-debit line) is caught.
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 
 # Characters that join two alphanumerics into one token ("GB-2026-00014", "24.05.2026", "1'150.00").
 JOINERS = frozenset("-./,'\u2019_")
@@ -289,10 +288,6 @@ class PrintedDocument:
 
     def line_of(self, span: Span) -> Line:
         return self.page(span.page).line_at(span.start)
-
-    @cached_property
-    def lines(self) -> list[Line]:
-        return [line for page in self.pages for line in page.lines]
 
 
 def locate_quote(document: PrintedDocument, quote: str, page: int) -> Span | None:

@@ -276,10 +276,12 @@ class _Locator:
         label = self.document.governing_label(span, LEXICON, _TAX_GLUE)
         what = field.replace("tax.rate_percent", "tax rate").replace("_", " ")
         where = f"{shown!r} is printed on page {span.page}"
-        if label is not None and label.field == _LABEL_OF.get(field, field):
+        if label is not None and label.field == _LABEL_OF.get(field, field) and field == "iban":
             context = self.iban_context(span, label)
             about = ", ".join(sorted(c.replace("_", " ") for c in context & _NOT_THE_SUPPLIERS))
             detail = f"{where} under {label.text!r}, but on a line about the {about}, not the supplier's"
+        elif label is not None and label.field == _LABEL_OF.get(field, field):
+            detail = f"{where} after {label.text!r}, but with other text between the label and the value"
         elif label is not None:
             named = label.field.replace("_", " ")
             detail = f"{where} under {label.text!r}, a label of the {named}, not of the {what}"
