@@ -343,7 +343,13 @@ def judge(case: Case, result: Mapping[str, Any] | None) -> Judged:
         return Judged(False, ("no result",))
     if isinstance(sample, SummarySample):
         facts = [str(f.get("fact", "")) for f in result.get("key_facts") or [] if isinstance(f, Mapping)]
-        verdict = judge_summary(str(result.get("summary", "")), facts, sample.pages)
+        verdict = judge_summary(
+            str(result.get("summary", "")),
+            facts,
+            sample.pages,
+            max_words=sample.max_words,
+            max_facts=sample.max_facts,
+        )
         return Judged(verdict.correct, verdict.problems)
     label = result.get("label")
     right = judge_classification(label if isinstance(label, str) else None, sample.truth_label)

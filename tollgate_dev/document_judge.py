@@ -7,7 +7,8 @@ could check: every number and date in its text and in each key fact is a value t
 "01.04.2026" = "1 April 2026" = "2026-04-01"; references such as "PO-4471" as printed, separators aside),
 the numbers and dates of one fact are all printed together on one line of the document (a fact that joins
 the amount of one line to the date of another is a claim the document does not make), and every
-capitalised name in a fact, other than the first word of a sentence, is a word the document prints.
+capitalised name in a fact, other than the first word of a sentence, is a word the document prints; and it
+keeps to the tenant's limits (words, facts).
 The model's own quotes play no part: a true fact with a sloppy quote is still true.
 """
 
@@ -281,8 +282,25 @@ def capitalised_names(text: str) -> list[str]:
     return names
 
 
-def judge_summary(summary: str, facts: Sequence[str], pages: Sequence[str]) -> SummaryJudgement:
-    """Whether a summary (its text and its key facts' texts) states only what the document prints."""
+def judge_summary(
+    summary: str,
+    facts: Sequence[str],
+    pages: Sequence[str],
+    *,
+    max_words: int | None = None,
+    max_facts: int | None = None,
+) -> SummaryJudgement:
+    """Whether a summary (its text and its key facts' texts) states only what the document prints, within
+    the limits the tenant set (a summary longer than asked for is not what was asked for)."""
+    limits: list[str] = []
+    if max_words is not None and len(summary.split()) > max_words:
+        limits.append(f"summary: {len(summary.split())} words, the tenant asked for at most {max_words}")
+    if max_facts is not None and len(facts) > max_facts:
+        limits.append(f"key_facts: {len(facts)} facts, the tenant asked for at most {max_facts}")
+    return SummaryJudgement((*limits, *_invented(summary, facts, pages)))
+
+
+def _invented(summary: str, facts: Sequence[str], pages: Sequence[str]) -> tuple[str, ...]:
     lines = _lines(pages)
     per_line = []
     document = _Printed()
@@ -306,7 +324,7 @@ def judge_summary(summary: str, facts: Sequence[str], pages: Sequence[str]) -> S
         for name in capitalised_names(fact):
             if name.casefold() not in words:
                 problems.append(f"key_facts[{index}]: the name {name!r} is printed nowhere in the document")
-    return SummaryJudgement(tuple(problems))
+    return tuple(problems)
 
 
 def judge_classification(label: str | None, truth_label: str) -> bool:

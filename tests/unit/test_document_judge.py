@@ -137,3 +137,16 @@ def test_a_label_is_right_only_when_it_is_the_true_one():
     assert judge_classification("payment_reminder", "payment_reminder")
     assert not judge_classification("invoice", "payment_reminder")
     assert not judge_classification(None, "invoice")
+
+
+def test_a_summary_over_the_tenants_limits_is_not_what_was_asked_for():
+    sample = generate_summaries(1)[0]
+    answer = faithful_summary(sample)
+    facts = [fact["fact"] for fact in answer["key_facts"]]
+    assert judge_summary(answer["summary"], facts, sample.pages, max_words=200, max_facts=len(facts)).correct
+    too_long = judge_summary(answer["summary"], facts, sample.pages, max_words=3)
+    too_many = judge_summary(answer["summary"], facts, sample.pages, max_facts=len(facts) - 1)
+    assert too_long.problems[0].startswith("summary: ") and "at most 3" in too_long.problems[0]
+    assert too_many.problems == (
+        f"key_facts: {len(facts)} facts, the tenant asked for at most {len(facts) - 1}",
+    )

@@ -143,6 +143,30 @@ def test_a_paraphrase_that_keeps_every_figure_date_and_name_passes():
     assert summary_reasons(paraphrased) == set()
 
 
+@pytest.mark.parametrize(
+    ("stated", "quote"),
+    [
+        ("It was signed on 14 February.", "Signed in Hamburg on 14 February 2026"),
+        ("It was signed on Saturday, 14. Februar 2026.", "Signed in Hamburg on 14 February 2026"),
+        ("Signed on 14/02/2026 by Mr Bello.", "Signed in Hamburg on 14 February 2026 by Aisha Bello"),
+        (
+            "Nordwind Logistik GmbH's fee is EUR 1,450.00.",
+            "The monthly fee is EUR 1.450,00, Nordwind Logistik GmbH",
+        ),
+    ],
+    ids=["day without year", "German date and weekday", "title and numeric date", "possessive"],
+)
+def test_a_fact_may_state_a_date_and_a_name_as_a_reader_would(stated, quote):
+    pages = (quote,)
+    answer = summary("Signed.", [fact(stated, quote)])
+    report = summary_policy.validate_summary(answer, pages, OPTIONS, NO_POLICY)
+    assert report.reasons == []
+    if "14" in stated:
+        wrong_day = summary("Signed.", [fact(stated.replace("14", "15"), quote)])
+        report = summary_policy.validate_summary(wrong_day, pages, OPTIONS, NO_POLICY)
+        assert [r.code for r in report.reasons] == ["fact_not_in_quote"]
+
+
 def test_the_word_and_fact_limits_still_hold():
     assert ("over_word_limit", "summary") in summary_reasons(summary(" ".join(["word"] * 61)))
     assert summary_reasons(summary(facts=[])) >= {("no_key_facts", "key_facts")}

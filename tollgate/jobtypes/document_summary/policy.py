@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from tollgate.jobtypes.base import TenantPolicy, ValidationReport
 from tollgate.jobtypes.document_summary.schema import DocumentSummary, SummaryOptions, word_count
 from tollgate.jobtypes.printed import Located, PrintedDocument, locate_quote
-from tollgate.jobtypes.statements import dates_in, names_in, number_tokens, numbers_in, prints_name
+from tollgate.jobtypes.statements import dates_in, names_in, number_tokens, numbers_in, prints_name, same_day
 
 POLICY_VERSION = "summary.v2"
 
@@ -59,8 +59,8 @@ def _check_fact(report: ValidationReport, name: str, fact: str, quote: str) -> N
         if not readings & quoted:
             report.fail("fact_not_in_quote", name, f"the fact says {token!r}, which its quote does not print")
     quoted_dates = set(dates_in(quote).values())
-    for token, iso in dates_in(fact).items():
-        if iso not in quoted_dates:
+    for token, day in dates_in(fact).items():
+        if not same_day(day, quoted_dates):
             report.fail(
                 "fact_not_in_quote", name, f"the fact says {token!r}, a date its quote does not print"
             )
@@ -83,8 +83,8 @@ def _check_summary_text(
                 "summary",
                 f"the summary says {token!r}, a number neither the document nor a fact prints",
             )
-    for token, iso in dates_in(summary.summary).items():
-        if iso not in printed_dates:
+    for token, day in dates_in(summary.summary).items():
+        if not same_day(day, printed_dates):
             report.fail(
                 "summary_number_unsupported",
                 "summary",
