@@ -183,11 +183,8 @@ def test_names_are_matched_without_case_but_never_through_look_alikes():
     assert statements.prints_name("the notice period", "Notice")
     assert not statements.prints_name("Kattegat Design", "\u212aattegat")
     assert not statements.prints_name("\u212aattegat Design", "Kattegat")
-    assert statements.names_in("The fee is due. Payment goes to Acme B.V. in Bremen.") == [
-        "Payment",
-        "Acme",
-        "Bremen",
-    ]
+    assert statements.names_in("The fee is due. Payment goes to Acme B.V. in Bremen.") == ["Acme", "Bremen"]
+    assert statements.names_in("Polder Techniek signed. Customer number is 4.") == ["Polder", "Techniek"]
 
 
 # Classification
@@ -249,6 +246,47 @@ def test_a_receipt_is_not_shown_by_a_line_that_only_mentions_a_receipt_when_the_
     assert classification_reasons(mentions) == [], "the label's own word is its cue by default"
     assert classification_reasons(mentions, guided) == [("label_not_evidenced", "label")]
     assert "proof of a payment received" in system_prompt(guided) and "Labels: [" in system_prompt(guided)
+
+
+def test_a_cue_that_cites_another_document_does_not_show_this_ones_kind():
+    options = ClassificationOptions(labels=["invoice", "payment_reminder"])
+    pages = (
+        "SECOND REMINDER: OVERDUE ACCOUNT\nInvoice INV-42892 of 2026-09-11, amount 5255.00 EUR.\n"
+        "Please quote invoice no. 42892.",
+    )
+    for quote in ("Invoice INV-42892 of 2026-09-11, amount 5255.00 EUR.", "Please quote invoice no. 42892."):
+        report = classification_policy.validate_classification(
+            classification("invoice", quote), pages, options, NO_POLICY
+        )
+        assert [r.code for r in report.reasons] == ["label_not_evidenced"], quote
+    title = classification("payment_reminder", "SECOND REMINDER: OVERDUE ACCOUNT")
+    assert classification_policy.validate_classification(title, pages, options, NO_POLICY).passed
+    own_number = classification("invoice", "INVOICE No. 2026-774")
+    assert classification_policy.validate_classification(
+        own_number, ("INVOICE No. 2026-774",), options, NO_POLICY
+    ).passed
+
+
+def test_a_quote_is_found_whatever_its_case_and_a_quote_of_lines_by_the_lines_that_are_printed():
+    assert classification_reasons(classification("service_agreement", "Service Agreement")) == []
+    merged = (
+        "SERVICE AGREEMENT\nbetween Acme GmbH, Hamburg, and Nordwind Logistik GmbH, Bremen\nSigned by nobody"
+    )
+    assert classification_reasons(classification("service_agreement", merged)) == []
+    assert classification_reasons(classification("service_agreement", "A SERVICE AGREEMENT")) == [
+        ("evidence_not_found", "label")
+    ]
+    quote = (
+        "The term is 12 months from 01.03.2026.\nThe monthly fee is EUR 1.450,00, payable by the 5th.\n"
+        "A line printed nowhere"
+    )
+    assert summary_reasons(replace_fact(1, fact("The fee is EUR 1.450,00 a month.", quote))) == set()
+    joined = summary_policy.validate_summary(
+        replace_fact(1, fact("The term is 12 months at EUR 1.450,00.", quote)), PAGES, OPTIONS, NO_POLICY
+    )
+    assert [(r.code, r.detail) for r in joined.reasons] == [
+        ("fact_not_in_quote", "the fact joins '12', '1.450,00', which no one line of its quote prints")
+    ]
 
 
 def test_a_short_cue_is_a_whole_word_and_a_long_one_may_start_a_word():

@@ -128,14 +128,16 @@ class Lexicon:
 PUNCTUATION = re.compile(r"[\s:#.,;=*()\[\]/\u2013\u2014-]*")
 
 
-def text_pattern(value: str, *, across_lines: bool = True) -> re.Pattern[str] | None:
+def text_pattern(
+    value: str, *, across_lines: bool = True, ignore_case: bool = False
+) -> re.Pattern[str] | None:
     """``value``'s exact characters with whitespace runs as one space (a line break may stand for a space
-    when ``across_lines``); None for a value of whitespace only."""
+    when ``across_lines``; letters of either case with ``ignore_case``); None for whitespace only."""
     words = value.split()
     if not words:
         return None
     gap = r"\s+" if across_lines else r"[ \t]+"
-    return re.compile(gap.join(re.escape(word) for word in words))
+    return re.compile(gap.join(re.escape(word) for word in words), re.IGNORECASE if ignore_case else 0)
 
 
 def find_whole(pattern: re.Pattern[str], text: str, page: int) -> Iterator[Span]:
@@ -290,11 +292,29 @@ class PrintedDocument:
         return self.page(span.page).line_at(span.start)
 
 
-def locate_quote(document: PrintedDocument, quote: str, page: int) -> Span | None:
-    """Where a quote is printed as whole tokens: on the page the evidence names, else the first other page
-    that prints it (a wrong page number does not make a printed quote unprinted)."""
-    spans = ordered_by_hint(document.find_text(quote), None, page)
+def locate_quote(document: PrintedDocument, quote: str, page: int) -> list[Span]:
+    """Where a quote (a summary's fact, a classification's evidence) is printed as whole tokens, case aside:
+    on the page the evidence names, else the first other page that prints it (a wrong page number does not
+    make a printed quote unprinted). A quote of several lines that is not printed as a whole (a line
+    dropped or merged) is the lines of it that are, each located alone; empty when none is."""
+    whole = _first_printed(document, quote, page)
+    if whole is not None:
+        return [whole]
+    parts = [_first_printed(document, line, page) for line in quote.splitlines() if _substantial(line)]
+    return [span for span in parts if span is not None] if len(parts) > 1 else []
+
+
+def _first_printed(document: PrintedDocument, text: str, page: int) -> Span | None:
+    pattern = text_pattern(text, ignore_case=True)
+    if pattern is None:
+        return None
+    spans = ordered_by_hint(document.find_pattern(pattern), None, page)
     return spans[0] if spans else None
+
+
+def _substantial(line: str) -> bool:
+    """A line of a quote worth locating alone: three letters or digits at least (not a stray "1.")."""
+    return sum(c.isalnum() for c in line) >= 3
 
 
 def ordered_by_hint(spans: Sequence[Span], hint: Span | None, hint_page: int | None) -> list[Span]:

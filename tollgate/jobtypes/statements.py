@@ -161,17 +161,21 @@ def numbers_in(text: str) -> frozenset[Decimal | str]:
 
 
 def names_in(text: str) -> list[str]:
-    """The capitalised words of ``text`` (names, as a summary states them), except a function word that
-    only opens a sentence, and months, weekdays and titles; a possessive is read without its 's."""
+    """The capitalised words of ``text`` (names, as a summary states them), except months, weekdays and
+    titles, and a word that only opens a sentence: one followed by a word in lower case ("Customer number
+    is ...") is capitalised for the sentence, while one followed by a capitalised word starts a name
+    ("Polder Techniek ..."). A possessive is read without its 's."""
+    words = list(_WORD.finditer(text))
     names = []
-    for match in _WORD.finditer(text):
+    for index, match in enumerate(words):
         word = _POSSESSIVE.sub("", match.group())
         if not word[0].isupper() or len(word) < 2 or word.lower() in NOT_NAMES:
             continue  # a lone initial ("B.V.") names nothing by itself
         before = text[: match.start()].rstrip()
-        opening = not before or before[-1] in _SENTENCE_BREAKS
-        if opening and word.lower() in FUNCTION_WORDS:
-            continue
+        if not before or before[-1] in _SENTENCE_BREAKS:
+            following = words[index + 1].group() if index + 1 < len(words) else ""
+            if word.lower() in FUNCTION_WORDS or following[:1].islower():
+                continue
         names.append(word)
     return list(dict.fromkeys(names))
 

@@ -25,7 +25,7 @@ def system_prompt(options: ClassificationOptions) -> str:
     return (
         "You classify a document from its OCR text into exactly one label of this list, given as JSON: "
         f"Labels: {json.dumps(options.labels)}.{guides} {UNTRUSTED_TEXT} Answer with the label that fits "
-        "best, and as evidence the page number and the exact text of that page that shows it fits (a line "
-        "that names what kind of document it is), copied character for character. Never answer a label "
-        "outside the list."
+        "best, and as evidence the page number and the exact text of that page that shows it fits (its "
+        "title, or a line that says what kind of document it is, not one that refers to another document), "
+        "copied character for character. Never answer a label outside the list."
     )

@@ -1,8 +1,9 @@
 """Policy ``summary.v2``: what can be checked of a summary is checked against the printed text.
 
 A summary is free text, so the checks are about what it asserts: it stays within the tenant's limits, every
-key fact's quote is printed in the document (exact characters, whole tokens; on the page it names, or else
-where it is), every number, date and name the fact states is printed in that very quote (a fact whose
+key fact's quote is printed in the document (as whole tokens, case aside; on the page it names, or else
+where it is; of a quote of several lines, the lines that are printed), every number, date and name the fact
+states is printed in that very quote (a fact whose
 figure differs from the line it quotes is refused), and every number or date of the summary text is one the
 document or a fact prints. ``summary.v1`` only located the quote; its results keep their version.
 """
@@ -10,6 +11,7 @@ document or a fact prints. ``summary.v1`` only located the quote; its results ke
 from __future__ import annotations
 
 from collections.abc import Sequence
+from decimal import Decimal
 
 from tollgate.jobtypes.base import TenantPolicy, ValidationReport
 from tollgate.jobtypes.document_summary.schema import DocumentSummary, SummaryOptions, word_count
@@ -41,32 +43,49 @@ def validate_summary(
         if fact.evidence is None:
             report.fail("evidence_missing", name, "the fact has no quote of the document")
             continue
-        span = locate_quote(document, fact.evidence.quote, fact.evidence.page)
-        if span is None:
+        parts = locate_quote(document, fact.evidence.quote, fact.evidence.page)
+        if not parts:
             quote = " ".join(fact.evidence.quote.split())[:120]
             report.fail("evidence_not_found", name, f"the quote {quote!r} is printed nowhere in the document")
             continue
-        report.located[name] = Located(name, span, None)
-        _check_fact(report, name, fact.fact, document.text(span))
+        report.located[name] = Located(name, parts[0], None)
+        _check_fact(report, name, fact.fact, "\n".join(document.text(part) for part in parts))
     _check_summary_text(report, summary, document)
     return report
 
 
 def _check_fact(report: ValidationReport, name: str, fact: str, quote: str) -> None:
-    """Every number, date and name the fact states is printed in its quote."""
+    """Every number, date and name the fact states is printed in its quote, and its numbers and dates on one
+    line of it: a fact that joins the figure of one line to the date of another states what no line does."""
     quoted = numbers_in(quote)
-    for token, readings in number_tokens(fact):
+    numbers = number_tokens(fact)
+    for token, readings in numbers:
         if not readings & quoted:
             report.fail("fact_not_in_quote", name, f"the fact says {token!r}, which its quote does not print")
     quoted_dates = set(dates_in(quote).values())
-    for token, day in dates_in(fact).items():
+    dates = dates_in(fact)
+    for token, day in dates.items():
         if not same_day(day, quoted_dates):
-            report.fail(
-                "fact_not_in_quote", name, f"the fact says {token!r}, a date its quote does not print"
-            )
+            detail = f"the fact says {token!r}, a date its quote does not print"
+            report.fail("fact_not_in_quote", name, detail)
     for word in names_in(fact):
         if not prints_name(quote, word):
             report.fail("fact_not_in_quote", name, f"the fact names {word!r}, which its quote does not print")
+    stated = [token for token, _ in numbers] + list(dates)
+    if len(stated) > 1 and not any(_line_states(line, numbers, dates) for line in quote.splitlines()):
+        values = ", ".join(repr(token) for token in stated)
+        report.fail(
+            "fact_not_in_quote", name, f"the fact joins {values}, which no one line of its quote prints"
+        )
+
+
+def _line_states(
+    line: str, numbers: list[tuple[str, frozenset[Decimal | str]]], dates: dict[str, str]
+) -> bool:
+    printed_numbers, printed_dates = numbers_in(line), set(dates_in(line).values())
+    return all(readings & printed_numbers for _, readings in numbers) and all(
+        same_day(day, printed_dates) for day in dates.values()
+    )
 
 
 def _check_summary_text(
