@@ -96,7 +96,8 @@ class ClassificationOptions(Strict):
         guide = (self.label_guides or {}).get(label)
         if guide is not None:
             return list(guide.cues)
-        return [word for word in label.replace("_", " ").replace(".", " ").replace("-", " ").split() if word]
+        words = label.replace("_", " ").replace(".", " ").replace("-", " ").split()
+        return [word for word in words if len(word) >= 2] or [label]
 
 
 class DocumentClassification(BaseModel):

@@ -1,13 +1,13 @@
 """Policy ``summary.v2``: what can be checked of a summary is checked against the printed text.
 
-A summary is free text, so the checks are about what it asserts: it stays within the tenant's limits, every
+A summary is free text, so the checks are about what it asserts: it stays within the tenant's limits; every
 key fact's quote is printed in the document (as whole tokens, case aside; on the page it names, or else
-where it is; of a quote of several lines, the lines that are printed), every number, date and name the fact
-states is printed in that very quote (a fact whose
-figure differs from the line it quotes is refused), and every number or date of the summary text is one the
-document or a fact prints. ``summary.v1`` only located the quote; its results keep their version.
+where it is; of a quote of several lines, the lines that are printed); every number, date and name the fact
+states is printed in that very quote, its numbers and dates on one line of it (a fact whose figure differs
+from the line it quotes, or that joins the figures of two lines, is refused); and every number or date of the
+summary text is one the document or a fact prints. ``summary.v1`` only located the quote; its results keep
+their version.
 """
-
 from __future__ import annotations
 
 from collections.abc import Sequence
