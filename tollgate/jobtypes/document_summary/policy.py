@@ -8,6 +8,7 @@ from the line it quotes, or that joins the figures of two lines, is refused); an
 summary text is one the document or a fact prints. ``summary.v1`` only located the quote; its results keep
 their version.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
