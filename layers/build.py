@@ -2,7 +2,8 @@
 function code (``build/function``), both with bytecode compiled for the Lambda runtime's CPython.
 
 No Docker: the installer fetches the locked versions' manylinux wheels for Lambda's CPU and CPython instead
-of building for this machine. Usage: ``python layers/build.py [--force] [--bytecode require|skip]``.
+of building for this machine. Usage: ``python layers/build.py [--force] [--bytecode require|skip]
+[--rds-ca-bundle FILE] [--test-ca-bundle]``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import tomllib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 if not __package__:  # run as a script (`python layers/build.py`): make the `layers` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -148,12 +150,16 @@ class LayerPlan:
     python_version: str = PYTHON_VERSION
     platform: str = UV_PLATFORM
 
-    def fingerprint(self, bytecode: str | None) -> str:
+    def fingerprint(self, bytecode: str | None, rds_ca_sha256: str | None = None) -> str:
+        """Digest of everything the layer is made from: a layer with another fingerprint is stale. The
+        database CA bundle is one of those inputs: a layer once built with a stand-in bundle must not keep
+        it when Amazon's is given."""
         inputs = {
             "exported": self.exported,
             "python": self.python_version,
             "platform": self.platform,
             "bytecode": bytecode,
+            "rds_ca_sha256": rds_ca_sha256,
         }
         return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
@@ -192,6 +198,11 @@ def install_command(requirements_file: Path, target: Path, plan: LayerPlan, uv: 
         "--target", str(target),
         "--requirements", str(requirements_file),
     ]  # fmt: skip
+
+
+def install_locked(requirements_file: Path, target: Path, plan: LayerPlan) -> None:
+    """The layer's packages as uv installs them (see ``install_command``)."""
+    subprocess.run(install_command(requirements_file, target, plan, uv_binary()), check=True)  # noqa: S603
 
 
 def installed_versions(site: Path) -> dict[str, str]:
@@ -337,34 +348,59 @@ def _cache_tag(interpreter: str | None) -> str | None:
 # ------------------------------------------------------------------------------------------------- layer
 
 
+def layer_stamp(output: Path) -> Path:
+    return output.with_name(output.name + ".stamp")
+
+
+def read_layer_stamp(output: Path = DEFAULT_OUTPUT) -> dict[str, Any] | None:
+    """What the last build recorded of the layer in ``output``: its ``fingerprint`` and its ``rds_ca``
+    (``sha256``, ``from_amazon``, ``source``, or None without a CA file); None when there is no layer, or
+    only one from before the stamp was JSON (which the next build replaces)."""
+    stamp = layer_stamp(output)
+    if not stamp.is_file() or not (output / "python").is_dir():
+        return None
+    try:
+        loaded = json.loads(stamp.read_text())
+    except json.JSONDecodeError:
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def holds_test_ca_bundle(output: Path = DEFAULT_OUTPUT) -> bool:
+    """True when the layer in ``output`` was built with a bundle the build was told is a test bundle."""
+    stamp = read_layer_stamp(output)
+    rds_ca = stamp.get("rds_ca") if stamp else None
+    return isinstance(rds_ca, dict) and rds_ca.get("from_amazon") is False
+
+
 def build_layer(
     output: Path,
     plan: LayerPlan,
     interpreter: str | None,
     force: bool,
-    rds_ca: Callable[[], bytes] | None = None,
+    *,
+    rds_ca: database_ca.RdsBundle | None = None,
+    install: Callable[[Path, Path, LayerPlan], None] = install_locked,
 ) -> bool:
     """Fill ``output/python``; returns False when an up-to-date build was already there.
 
-    ``rds_ca`` gives the checked RDS CA bundle (downloaded only when the layer is rebuilt); ``None`` leaves
-    the database CA file out, for tests of the install alone.
+    ``rds_ca`` is the classified RDS CA bundle; its digest is part of the fingerprint, so another bundle
+    means another layer. ``None`` leaves the database CA file out, for tests of the install alone.
+    ``install`` puts the plan's packages into a folder (uv, or a test's stand-in).
     """
-    stamp = output.with_name(output.name + ".stamp")
-    expected = plan.fingerprint(_cache_tag(interpreter))
-    ca_ready = rds_ca is None or (output / "python" / database_ca.LAYER_RELATIVE_PATH).is_file()
-    up_to_date = (output / "python").is_dir() and stamp.is_file() and stamp.read_text() == expected
-    if not force and up_to_date and ca_ready:
+    expected = plan.fingerprint(_cache_tag(interpreter), rds_ca.sha256 if rds_ca else None)
+    previous = read_layer_stamp(output)
+    if not force and previous is not None and previous.get("fingerprint") == expected:
         return False
 
     output.parent.mkdir(parents=True, exist_ok=True)
-    uv = uv_binary()
     # Build beside the old layer and swap at the end, so a failed download never leaves half a layer
     # for the next synth to upload.
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=".layer-") as scratch:
         staging = Path(scratch) / "layer"
         requirements = Path(scratch) / "requirements.txt"
         requirements.write_text(plan.exported)
-        subprocess.run(install_command(requirements, staging / "python", plan, uv), check=True)  # noqa: S603
+        install(requirements, staging / "python", plan)
         # Console scripts carry this machine's interpreter path; nothing in Lambda runs them.
         shutil.rmtree(staging / "python" / "bin", ignore_errors=True)
         installed = installed_versions(staging / "python")
@@ -373,12 +409,15 @@ def build_layer(
                 f"the layer does not hold uv.lock's versions: {_difference(plan.pins, installed)}"
             )
         if rds_ca is not None:
-            database_ca.write_database_ca(staging / "python", rds_ca())
+            database_ca.write_database_ca(staging / "python", rds_ca.pem)
         compile_tree(interpreter, staging / "python", LAYER_MOUNT)
-        stamp.unlink(missing_ok=True)
+        layer_stamp(output).unlink(missing_ok=True)
         shutil.rmtree(output, ignore_errors=True)
         staging.rename(output)
-    stamp.write_text(expected)
+    recorded = None
+    if rds_ca is not None:
+        recorded = {"sha256": rds_ca.sha256, "from_amazon": rds_ca.from_amazon, "source": rds_ca.source}
+    layer_stamp(output).write_text(json.dumps({"fingerprint": expected, "rds_ca": recorded}, indent=1))
     return True
 
 
@@ -391,6 +430,40 @@ def _difference(expected: Mapping[str, str], found: Mapping[str, str]) -> str:
     )
 
 
+TEST_BUNDLE_WARNING = """
+################################################################################################
+  WARNING: the layer in {output} holds a TEST database CA bundle, not Amazon's
+  ({source}, sha256 {sha256}).
+  A stage deployed with it fails every verify-full connection to its Aurora cluster (the
+  migrations custom resource, and every client of a stage without RDS Proxy). Never deploy it:
+  build again with Amazon's global-bundle.pem and without --test-ca-bundle first.
+################################################################################################
+"""
+
+UNRECORDED_ROOTS = (
+    "note: the RDS CA bundle holds Amazon RDS roots that layers/{roots} does not record yet; after checking "
+    "them against {url}, add these lines there so an offline build knows them:\n{lines}"
+)
+
+
+def announce_rds_ca(bundle: database_ca.RdsBundle, output: Path) -> None:
+    """Says on stderr, loudly, that the layer holds a test bundle; or, quietly, which new roots to record."""
+    if not bundle.from_amazon:
+        print(
+            TEST_BUNDLE_WARNING.format(output=output, source=bundle.source, sha256=bundle.sha256),
+            file=sys.stderr,
+        )
+    elif bundle.unrecorded:
+        print(
+            UNRECORDED_ROOTS.format(
+                roots=database_ca.AMAZON_RDS_ROOTS_FILE.name,
+                url=database_ca.RDS_CA_BUNDLE_URL,
+                lines="\n".join(bundle.unrecorded),
+            ),
+            file=sys.stderr,
+        )
+
+
 NO_INTERPRETER = (
     "No CPython {version} found to compile the Lambda bytecode. Without it every cold start compiles "
     "each module it imports (about a second for the API). Install CPython {version} (e.g. `apt-get install "
@@ -399,7 +472,7 @@ NO_INTERPRETER = (
 )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="layer folder (holds python/)")
     parser.add_argument(
@@ -423,25 +496,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=os.environ.get("LAMBDA_RDS_CA_BUNDLE") or None,
         help="Amazon's RDS CA bundle (global-bundle.pem) already downloaded; without it the build fetches it",
     )
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--test-ca-bundle",
+        action="store_true",
+        default=os.environ.get("LAMBDA_TEST_CA_BUNDLE") == "1",
+        help="accept an RDS CA bundle that is not Amazon's, for a layer never to be deployed (warns loudly)",
+    )
+    return parser.parse_args(argv)
 
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_arguments(argv)
     interpreter = None
     if args.bytecode == "require":
         interpreter = find_runtime_python(PYTHON_VERSION, args.python)
         if interpreter is None:
             raise SystemExit(NO_INTERPRETER.format(version=PYTHON_VERSION))
     plan = plan_layer()
+    # Read (or downloaded) on every build, even when the layer may be current: its digest decides that.
+    try:
+        rds_ca = database_ca.rds_bundle(args.rds_ca_bundle, test_bundle=args.test_ca_bundle)
+    except (database_ca.DatabaseCaError, OSError) as error:
+        raise SystemExit(str(error)) from error
 
-    def rds_ca() -> bytes:
-        try:
-            return database_ca.rds_bundle(args.rds_ca_bundle)
-        except (database_ca.DatabaseCaError, OSError) as error:
-            raise SystemExit(str(error)) from error
-
-    built = build_layer(args.output.resolve(), plan, interpreter, args.force, rds_ca)
+    built = build_layer(args.output.resolve(), plan, interpreter, args.force, rds_ca=rds_ca)
     print(
         f"layer {'built' if built else 'up to date'}: {args.output} ({len(plan.pins)} packages from uv.lock)"
     )
+    announce_rds_ca(rds_ca, args.output)
     build_function(args.function_output.resolve(), interpreter)
     compiled = f"bytecode for CPython {PYTHON_VERSION} by {interpreter}" if interpreter else "no bytecode"
     print(f"function code staged: {args.function_output} ({compiled})")

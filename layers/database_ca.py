@@ -3,15 +3,24 @@
 RDS Proxy presents ACM certificates, which chain to the Amazon roots in Mozilla's bundle (certifi); the
 Aurora cluster itself, which the migration runner and every client of a stage without a proxy connect to,
 presents a certificate of Amazon's RDS CAs, which no public bundle holds. The build fetches Amazon's RDS
-bundle once, checks that it holds RDS root CAs and nothing else, and writes one file with both sets into
-the layer (Lambda) and beside it for the worker image, so either kind of endpoint verifies.
+bundle (or reads a copy), checks that it is Amazon's: RDS root CAs and nothing else, at least one of them a
+root recorded in ``amazon_rds_roots.txt``; and writes one file with both sets into the layer (Lambda) and
+beside it for the worker image, so either kind of endpoint verifies. Any other bundle is refused unless
+the build is told it is a test bundle.
 """
 
 from __future__ import annotations
 
+import hashlib
 import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cryptography.x509 import Certificate
 
 # Where AWS publishes the RDS CA bundle for every commercial region ("global-bundle.pem"; RDS user guide,
 # "Using SSL/TLS to encrypt a connection to a DB instance or cluster").
@@ -24,6 +33,14 @@ MAX_BUNDLE_BYTES = 2 * 1024 * 1024
 # What every certificate of the RDS bundle says of itself; anything else in the file is refused.
 RDS_ORGANIZATION = "Amazon Web Services, Inc."
 RDS_NAME_MARK = "Amazon RDS"
+# Amazon's RDS root CAs by certificate digest: what tells Amazon's bundle from a stand-in with the same
+# names, offline (names are free to copy; a certificate's digest is not).
+AMAZON_RDS_ROOTS_FILE = Path(__file__).with_name("amazon_rds_roots.txt")
+TEST_BUNDLE_HINT = (
+    "Pass Amazon's global-bundle.pem ({url}) with --rds-ca-bundle FILE (or LAMBDA_RDS_CA_BUNDLE), or, for a "
+    "layer that will never be deployed, say that this is a test bundle with --test-ca-bundle "
+    "(or LAMBDA_TEST_CA_BUNDLE=1)."
+)
 
 
 class DatabaseCaError(Exception):
@@ -47,35 +64,127 @@ def fetch_rds_bundle(url: str = RDS_CA_BUNDLE_URL, timeout: float = FETCH_TIMEOU
     return body
 
 
-def check_rds_bundle(pem: bytes, now: datetime | None = None) -> list[str]:
-    """The subjects of the bundle's certificates, after checking that each is an RDS root CA and that at
-    least one is valid now; raises ``DatabaseCaError`` otherwise."""
+def _certificates(pem: bytes) -> list[Certificate]:
     from cryptography import x509  # build-time only: the layer build runs in the project's virtualenv
-    from cryptography.x509.oid import NameOID
 
     try:
-        certificates = x509.load_pem_x509_certificates(pem)
+        return x509.load_pem_x509_certificates(pem)
     except ValueError as error:
         raise DatabaseCaError(f"the RDS CA bundle is not a PEM file of certificates: {error}") from error
-    moment = now or datetime.now(UTC)
-    subjects = []
+
+
+def _is_rds_named(certificate: Certificate) -> bool:
+    from cryptography.x509.oid import NameOID
+
+    name = certificate.subject
+    organizations = [a.value for a in name.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]
+    common_names = [a.value for a in name.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    return RDS_ORGANIZATION in organizations and any(RDS_NAME_MARK in str(n) for n in common_names)
+
+
+def _check_usable(certificates: list[Certificate], moment: datetime) -> None:
+    """Every certificate a CA, at least one valid now: what any bundle needs to verify a server at all."""
+    from cryptography import x509
+
     for certificate in certificates:
-        subject = certificate.subject.rfc4514_string()
-        name = certificate.subject
-        organizations = [a.value for a in name.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]
-        common_names = [a.value for a in name.get_attributes_for_oid(NameOID.COMMON_NAME)]
-        if RDS_ORGANIZATION not in organizations or not any(RDS_NAME_MARK in str(n) for n in common_names):
-            raise DatabaseCaError(f"the RDS CA bundle holds a certificate not of Amazon RDS: {subject}")
         try:
             constraints = certificate.extensions.get_extension_for_class(x509.BasicConstraints).value
         except x509.ExtensionNotFound:
             constraints = None
         if constraints is None or not constraints.ca:
+            subject = certificate.subject.rfc4514_string()
             raise DatabaseCaError(f"the RDS CA bundle holds a certificate that is not a CA: {subject}")
-        subjects.append(subject)
     if not any(c.not_valid_before_utc <= moment <= c.not_valid_after_utc for c in certificates):
         raise DatabaseCaError("no certificate of the RDS CA bundle is valid now")
-    return subjects
+
+
+def check_rds_bundle(pem: bytes, now: datetime | None = None) -> list[str]:
+    """The subjects of the bundle's certificates, after checking that each is an RDS root CA and that at
+    least one is valid now; raises ``DatabaseCaError`` otherwise. Names only: ``rds_bundle`` also asks
+    whether the roots are Amazon's own."""
+    certificates = _certificates(pem)
+    for certificate in certificates:
+        if not _is_rds_named(certificate):
+            subject = certificate.subject.rfc4514_string()
+            raise DatabaseCaError(f"the RDS CA bundle holds a certificate not of Amazon RDS: {subject}")
+    _check_usable(certificates, now or datetime.now(UTC))
+    return [certificate.subject.rfc4514_string() for certificate in certificates]
+
+
+def certificate_digest(certificate: Certificate) -> str:
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    return hashlib.sha256(certificate.public_bytes(Encoding.DER)).hexdigest()
+
+
+def amazon_rds_roots(path: Path = AMAZON_RDS_ROOTS_FILE) -> dict[str, str]:
+    """``certificate SHA-256 -> common name`` of the roots recorded in ``amazon_rds_roots.txt``."""
+    roots = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            digest, _, common_name = line.partition("  ")
+            roots[digest.strip().lower()] = common_name.strip()
+    return roots
+
+
+@dataclass(frozen=True)
+class RdsBundle:
+    """An RDS CA bundle as the build will ship it, and what is known of where it came from."""
+
+    pem: bytes
+    from_amazon: bool  # False only for a bundle the build was told is a test bundle
+    source: str  # the file or address it was read from
+    # Amazon RDS roots of an Amazon bundle that amazon_rds_roots.txt does not record yet, as lines to add.
+    unrecorded: tuple[str, ...] = field(default=())
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.pem).hexdigest()
+
+
+def classify_rds_bundle(
+    pem: bytes,
+    source: str,
+    *,
+    test_bundle: bool = False,
+    roots: Mapping[str, str] | None = None,
+    now: datetime | None = None,
+) -> RdsBundle:
+    """Amazon's bundle when it holds RDS root CAs only and at least one of them is a recorded Amazon root;
+    any other usable bundle only when ``test_bundle`` says so; else ``DatabaseCaError``, saying how to
+    proceed."""
+    known = amazon_rds_roots() if roots is None else roots
+    moment = now or datetime.now(UTC)
+    certificates = _certificates(pem)
+    digests = [certificate_digest(c) for c in certificates]
+    recorded = [d for d in digests if d in known]
+    if recorded:
+        check_rds_bundle(pem, now=moment)  # a recorded root beside a foreign certificate is still refused
+        unrecorded = tuple(
+            f"{digest}  {_common_name(certificate)}"
+            for digest, certificate in zip(digests, certificates, strict=True)
+            if digest not in known
+        )
+        return RdsBundle(pem, from_amazon=True, source=source, unrecorded=unrecorded)
+    if not test_bundle:
+        first = certificates[0].subject.rfc4514_string() if certificates else "none"
+        raise DatabaseCaError(
+            f"{source} is not Amazon's RDS CA bundle: none of its {len(certificates)} certificates is an "
+            f"Amazon RDS root recorded in layers/{AMAZON_RDS_ROOTS_FILE.name} (the first: {first}). A layer "
+            "with it would fail every verify-full connection to a deployed cluster. "
+            + TEST_BUNDLE_HINT.format(url=RDS_CA_BUNDLE_URL)
+        )
+    if not certificates:
+        raise DatabaseCaError(f"{source} holds no certificate")
+    _check_usable(certificates, moment)
+    return RdsBundle(pem, from_amazon=False, source=source)
+
+
+def _common_name(certificate: Certificate) -> str:
+    from cryptography.x509.oid import NameOID
+
+    names = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return str(names[0].value) if names else certificate.subject.rfc4514_string()
 
 
 def write_database_ca(site: Path, rds_pem: bytes) -> Path:
@@ -90,8 +199,11 @@ def write_database_ca(site: Path, rds_pem: bytes) -> Path:
     return target
 
 
-def rds_bundle(local_file: Path | None, url: str = RDS_CA_BUNDLE_URL) -> bytes:
-    """The RDS bundle from ``local_file`` when given, else downloaded; checked either way."""
-    pem = local_file.read_bytes() if local_file is not None else fetch_rds_bundle(url)
-    check_rds_bundle(pem)
-    return pem
+def rds_bundle(
+    local_file: Path | None, url: str = RDS_CA_BUNDLE_URL, *, test_bundle: bool = False
+) -> RdsBundle:
+    """The RDS bundle from ``local_file`` when given, else downloaded; classified either way (see
+    ``classify_rds_bundle``), so a download is held to the same test as a file."""
+    if local_file is not None:
+        return classify_rds_bundle(local_file.read_bytes(), str(local_file), test_bundle=test_bundle)
+    return classify_rds_bundle(fetch_rds_bundle(url), url, test_bundle=test_bundle)

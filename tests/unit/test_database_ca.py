@@ -1,53 +1,22 @@
-"""The database CA bundle the layer build ships: fetched over a real socket, checked, written beside the public
-roots. The certificates are made here; none is Amazon's."""
+"""The database CA bundle the layer build ships: fetched over a real socket, checked, told from a stand-in by
+Amazon's recorded roots, written beside the public roots. The certificates are made here; none is Amazon's."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 import socket
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from layers import database_ca
-
-NOW = datetime(2026, 12, 1, tzinfo=UTC)
-
-
-def certificate(
-    common_name: str,
-    *,
-    organization: str = database_ca.RDS_ORGANIZATION,
-    ca: bool = True,
-    not_after: datetime = NOW + timedelta(days=3650),
-) -> bytes:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name(
-        [
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization),
-            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
-        ]
-    )
-    built = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(NOW - timedelta(days=365))
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    return built.public_bytes(serialization.Encoding.PEM)
-
+from tests.certificates import NOW, certificate, digests
 
 RDS_BUNDLE = certificate("Amazon RDS test-region-1 Root CA RSA2048 G1") + certificate(
     "Amazon RDS test-region-1 Root CA ECC384 G1"
@@ -143,5 +112,82 @@ def test_a_local_bundle_file_is_checked_too(tmp_path: Path) -> None:
     local = tmp_path / "global-bundle.pem"
     local.write_bytes(certificate("Not RDS", organization="Example Corp"))
 
-    with pytest.raises(database_ca.DatabaseCaError, match="not of Amazon RDS"):
+    with pytest.raises(database_ca.DatabaseCaError, match="not Amazon's RDS CA bundle"):
         database_ca.rds_bundle(local)
+
+
+def test_a_stand_in_named_as_amazons_is_refused_and_told_about_the_test_flag(tmp_path: Path) -> None:
+    # Given a bundle whose certificates are named exactly as Amazon's RDS roots are, but are not them
+    local = tmp_path / "global-bundle.pem"
+    local.write_bytes(RDS_BUNDLE)
+
+    # When the build reads it as Amazon's, then it refuses, and says how to build with it on purpose
+    with pytest.raises(database_ca.DatabaseCaError) as refused:
+        database_ca.rds_bundle(local)
+    message = str(refused.value)
+    assert str(local) in message and "amazon_rds_roots.txt" in message
+    assert "--test-ca-bundle" in message and "LAMBDA_TEST_CA_BUNDLE=1" in message
+
+
+def test_a_downloaded_stand_in_is_refused_as_a_file_would_be(bundle_url: str) -> None:
+    with pytest.raises(database_ca.DatabaseCaError, match="not Amazon's RDS CA bundle"):
+        database_ca.rds_bundle(None, bundle_url)
+
+
+def test_the_test_flag_takes_any_usable_ca_bundle_and_marks_it_a_test_bundle(tmp_path: Path) -> None:
+    local = tmp_path / "test-ca.pem"
+    local.write_bytes(certificate("Tollgate Local Test CA", organization="Tollgate tests"))
+
+    bundle = database_ca.rds_bundle(local, test_bundle=True)
+
+    assert not bundle.from_amazon and bundle.source == str(local)
+    assert bundle.pem == local.read_bytes()
+
+
+def test_the_test_flag_still_refuses_what_verifies_nothing() -> None:
+    leaf = certificate("Tollgate leaf", ca=False)
+
+    with pytest.raises(database_ca.DatabaseCaError, match="not a CA"):
+        database_ca.classify_rds_bundle(leaf, "leaf.pem", test_bundle=True, now=NOW)
+
+
+def test_a_bundle_with_a_recorded_amazon_root_is_amazons() -> None:
+    bundle = database_ca.classify_rds_bundle(
+        RDS_BUNDLE, "global-bundle.pem", roots=digests(RDS_BUNDLE), now=NOW
+    )
+
+    assert bundle.from_amazon and bundle.unrecorded == ()
+    assert bundle.sha256 == hashlib.sha256(RDS_BUNDLE).hexdigest()
+
+
+def test_a_newer_amazon_bundle_is_taken_and_its_new_roots_named_as_lines_to_record() -> None:
+    # Amazon adds a region: its roots are in the bundle, not yet in amazon_rds_roots.txt.
+    new_root = certificate("Amazon RDS new-region-1 Root CA RSA2048 G1")
+
+    bundle = database_ca.classify_rds_bundle(
+        RDS_BUNDLE + new_root, "global-bundle.pem", roots=digests(RDS_BUNDLE), now=NOW
+    )
+
+    assert bundle.from_amazon
+    (line,) = bundle.unrecorded
+    assert line == f"{next(iter(digests(new_root)))}  Amazon RDS new-region-1 Root CA RSA2048 G1"
+
+
+def test_a_recorded_root_beside_a_foreign_certificate_is_refused() -> None:
+    foreign = certificate("Some Other Root CA", organization="Example Corp")
+
+    with pytest.raises(database_ca.DatabaseCaError, match="not of Amazon RDS"):
+        database_ca.classify_rds_bundle(RDS_BUNDLE + foreign, "mixed.pem", roots=digests(RDS_BUNDLE), now=NOW)
+
+
+def test_the_recorded_roots_are_the_rds_roots_of_amazons_commercial_regions() -> None:
+    roots = database_ca.amazon_rds_roots()
+
+    assert all(re.fullmatch(r"[0-9a-f]{64}", digest) for digest in roots)
+    assert all(
+        re.fullmatch(r"Amazon RDS .+ Root CA (RSA2048|RSA4096|ECC384) G1", name) for name in roots.values()
+    )
+    # Three roots a region; the one the deployed stages' clusters present chains to is among them.
+    regions = {name.removeprefix("Amazon RDS ").split(" Root CA")[0] for name in roots.values()}
+    assert len(roots) == 3 * len(regions)
+    assert "Amazon RDS us-east-1 Root CA RSA2048 G1" in roots.values()

@@ -1,6 +1,8 @@
-"""The Lambda layer holds uv.lock's versions for the Lambda runtime, and nothing the lock does not pin.
+"""The Lambda layer holds uv.lock's versions for the Lambda runtime, and nothing the lock does not pin; it is
+rebuilt when anything it is made from changes, the database CA bundle included.
 
-No network: ``uv export --frozen`` reads uv.lock alone, and the built layer is only checked when present.
+No network: ``uv export --frozen`` reads uv.lock alone, a stand-in installer fills the layers built here, and
+the real built layer is only checked when present.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from layers import build
+from layers import build, database_ca
+from tests.certificates import NOW, certificate, digests
 
 LOCKED = {
     package["name"]: package.get("version")
@@ -85,10 +88,11 @@ def test_the_build_reads_versions_from_dist_info(tmp_path: Path) -> None:
 
 def test_a_built_layer_holds_the_locked_versions(plan: build.LayerPlan) -> None:
     site = build.DEFAULT_OUTPUT / "python"
-    stamp = build.DEFAULT_OUTPUT.with_name("layer.stamp")
-    if not site.is_dir() or not stamp.is_file():
+    stamp = build.read_layer_stamp()
+    if stamp is None:
         pytest.skip("no layer built here (python layers/build.py)")
-    if stamp.read_text() not in {plan.fingerprint(None), plan.fingerprint("cpython-313")}:
+    ca = (stamp.get("rds_ca") or {}).get("sha256")
+    if stamp.get("fingerprint") not in {plan.fingerprint(tag, ca) for tag in (None, "cpython-313")}:
         pytest.skip("the built layer predates uv.lock; the next build replaces it")
 
     assert build.installed_versions(site) == plan.pins
@@ -140,3 +144,129 @@ def test_compiled_function_code_is_unchecked_hash_and_reproducible(tmp_path: Pat
         header = (first / relative).read_bytes()[:16]
         assert int.from_bytes(header[4:8], "little") == 0b01, f"{relative} is not an unchecked-hash pyc"
         assert (first / relative).read_bytes() == (second / relative).read_bytes()
+
+
+# ------------------------------------------------------------------------------------ the database CA
+
+
+# A one-package plan and an installer that writes it without uv: enough for build_layer to write the CA
+# file (it needs certifi's roots) and check the installed versions against the pins.
+TINY_PLAN = build.LayerPlan(exported="certifi==2026.1.4\n", pins={"certifi": "2026.1.4"})
+PUBLIC_ROOTS = certificate("Public Root CA", organization="Public Trust")
+
+
+def install_certifi(requirements: Path, target: Path, plan: build.LayerPlan) -> None:
+    (target / "certifi").mkdir(parents=True)
+    (target / "certifi" / "cacert.pem").write_bytes(PUBLIC_ROOTS)
+    dist_info = target / "certifi-2026.1.4.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.4\nName: certifi\nVersion: 2026.1.4\n")
+
+
+def amazons(pem: bytes) -> database_ca.RdsBundle:
+    """``pem`` classified as Amazon's bundle, its roots standing in for amazon_rds_roots.txt."""
+    return database_ca.classify_rds_bundle(pem, "global-bundle.pem", roots=digests(pem), now=NOW)
+
+
+def layer_ca(layer: Path) -> bytes:
+    return (layer / "python" / database_ca.LAYER_RELATIVE_PATH).read_bytes()
+
+
+def test_a_layer_built_with_one_ca_bundle_is_rebuilt_when_the_bundle_changes(tmp_path: Path) -> None:
+    layer = tmp_path / "layer"
+    first = amazons(certificate("Amazon RDS test-region-1 Root CA RSA2048 G1"))
+    second = amazons(certificate("Amazon RDS test-region-1 Root CA RSA4096 G1"))
+
+    # Given a layer built with one bundle, which the same bundle finds current
+    assert build.build_layer(layer, TINY_PLAN, None, False, rds_ca=first, install=install_certifi)
+    assert not build.build_layer(layer, TINY_PLAN, None, False, rds_ca=first, install=install_certifi)
+    assert layer_ca(layer).endswith(first.pem)
+
+    # When the bundle changes, and nothing else
+    rebuilt = build.build_layer(layer, TINY_PLAN, None, False, rds_ca=second, install=install_certifi)
+
+    # Then the layer is built again and holds the new bundle, after certifi's roots, and not the old one
+    assert rebuilt
+    assert layer_ca(layer) == PUBLIC_ROOTS.rstrip(b"\n") + b"\n" + second.pem.strip() + b"\n"
+    assert first.pem.strip() not in layer_ca(layer)
+    stamp = build.read_layer_stamp(layer)
+    assert stamp is not None and stamp["rds_ca"]["sha256"] == second.sha256
+
+
+def test_the_stamp_says_when_a_layer_holds_a_test_bundle(tmp_path: Path) -> None:
+    layer = tmp_path / "layer"
+    stand_in = database_ca.classify_rds_bundle(
+        certificate("Tollgate Local Test CA", organization="Tollgate tests"),
+        "test-ca.pem",
+        test_bundle=True,
+        now=NOW,
+    )
+
+    build.build_layer(layer, TINY_PLAN, None, False, rds_ca=stand_in, install=install_certifi)
+
+    assert build.holds_test_ca_bundle(layer)
+    assert build.read_layer_stamp(layer) == {
+        "fingerprint": TINY_PLAN.fingerprint(None, stand_in.sha256),
+        "rds_ca": {"sha256": stand_in.sha256, "from_amazon": False, "source": "test-ca.pem"},
+    }
+
+    # Amazon's bundle replaces it, and the stamp stops saying so.
+    build.build_layer(
+        layer,
+        TINY_PLAN,
+        None,
+        False,
+        rds_ca=amazons(certificate("Amazon RDS x Root CA")),
+        install=install_certifi,
+    )
+    assert not build.holds_test_ca_bundle(layer)
+
+
+def test_a_layer_stamped_before_the_ca_counted_is_rebuilt(tmp_path: Path) -> None:
+    layer = tmp_path / "layer"
+    bundle = amazons(certificate("Amazon RDS test-region-1 Root CA RSA2048 G1"))
+    build.build_layer(layer, TINY_PLAN, None, False, rds_ca=bundle, install=install_certifi)
+    # What the build wrote before: the fingerprint alone, in plain text, with no CA in it.
+    build.layer_stamp(layer).write_text(TINY_PLAN.fingerprint(None))
+
+    assert build.read_layer_stamp(layer) is None
+    assert build.build_layer(layer, TINY_PLAN, None, False, rds_ca=bundle, install=install_certifi)
+
+
+def test_a_test_bundle_is_announced_loudly_and_amazons_new_roots_quietly(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    stand_in = database_ca.RdsBundle(b"pem", from_amazon=False, source="test-ca.pem")
+    newer = database_ca.RdsBundle(
+        b"pem", from_amazon=True, source="global-bundle.pem", unrecorded=("ab  Amazon RDS new",)
+    )
+
+    build.announce_rds_ca(stand_in, Path("build/layer"))
+    warning = capsys.readouterr().err
+    build.announce_rds_ca(newer, Path("build/layer"))
+    note = capsys.readouterr().err
+
+    assert "WARNING" in warning and "TEST database CA bundle" in warning and "test-ca.pem" in warning
+    assert "Never deploy it" in warning
+    assert note.startswith("note:") and note.rstrip().endswith("ab  Amazon RDS new")
+
+
+def test_the_build_refuses_a_stand_in_bundle_before_building_anything(tmp_path: Path) -> None:
+    stand_in = tmp_path / "global-bundle.pem"
+    stand_in.write_bytes(certificate("Amazon RDS test-region-1 Root CA RSA2048 G1"))
+    layer = tmp_path / "layer"
+
+    with pytest.raises(SystemExit, match="--test-ca-bundle"):
+        build.main(["--bytecode", "skip", "--rds-ca-bundle", str(stand_in), "--output", str(layer)])
+
+    assert not layer.exists() and not build.layer_stamp(layer).exists()
+
+
+@pytest.mark.parametrize(("value", "test_bundle"), [("1", True), ("", False), ("0", False)])
+def test_the_test_flag_may_come_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, value: str, test_bundle: bool
+) -> None:
+    monkeypatch.setenv("LAMBDA_TEST_CA_BUNDLE", value)
+
+    assert build.parse_arguments([]).test_ca_bundle is test_bundle
+    assert build.parse_arguments(["--test-ca-bundle"]).test_ca_bundle
