@@ -18,6 +18,7 @@ from layers.build import (
     FUNCTION_OUTPUT,
     LAYER_MOUNT,
     RUNTIME_FOLDERS,
+    holds_test_ca_bundle,
     read_function_stamp,
     source_fingerprint,
 )
@@ -105,6 +106,13 @@ class DependenciesLayer(Construct):
         if not layer_dir.is_dir():
             raise FileNotFoundError(
                 f"Lambda layer folder {layer_dir} is missing; build it with `python layers/build.py`"
+            )
+        if holds_test_ca_bundle(layer_dir):
+            # Synth goes on (a template review needs no real CA), but whoever deploys this must hear it.
+            print(
+                f"WARNING: {layer_dir} holds a TEST database CA bundle, not Amazon's: a stage deployed with "
+                "it fails every verify-full connection to its cluster. Rebuild it with layers/build.py.",
+                file=sys.stderr,
             )
         self.layer = lambda_.LayerVersion(
             self,
