@@ -455,9 +455,33 @@ class StageConfig(BaseModel):
     )
     relay_reserved_concurrency: int = Field(
         default=2,
-        ge=1,
+        ge=0,
         le=20,
-        description="Outbox relay runs at once: nudges after each commit must not stampede the database.",
+        description=(
+            "Concurrency reserved for the outbox relay, and so the most runs at once: nudges after each "
+            "commit must not stampede the database. 0: no reservation, for an account whose Lambda quota "
+            "(Concurrent executions, L-B99A9384) cannot spare one, as a new account's 10 cannot, since "
+            "Lambda keeps 100 unreserved. Runs then share the account's unreserved pool, up to one per nudge "
+            "in flight (a nudge per accepted job, so at most the stage's API throttle a second), each with "
+            "its own database connection. Two runs still never claim the same event: a run claims its batch "
+            "with FOR UPDATE SKIP LOCKED under a claim lease (relay.relay_claim_seconds, the run's "
+            "timeout), and one that finds nothing claimable ends after that one query. Write 0, not null: "
+            "the CDK drops a null from context, which would give the default."
+        ),
+    )
+    scheduler_reserved_concurrency: int = Field(
+        default=1,
+        ge=0,
+        le=1,
+        description=(
+            "Concurrency reserved for the scheduler: 1 runs its ticks one at a time. 0: no reservation, as "
+            "for relay_reserved_concurrency. Ticks then overlap only by accident: a tick's 55 s timeout "
+            "ends it before the next one, a minute or more later, and a failed tick is not retried, so only "
+            "a schedule event that EventBridge delivers twice starts two at once. Two ticks are safe: every "
+            "step locks its rows with FOR UPDATE SKIP LOCKED and conditions its updates on the fence it "
+            "read, a stalled delivery's restart is counted in the database before its execution starts, "
+            "and the backlog check gives way after 500 ms waiting for a lock; they only contend for rows."
+        ),
     )
     outbox_age_alarm_seconds: int = Field(
         default=300, ge=60, description="Alarm when the oldest unpublished outbox event is older."

@@ -154,10 +154,11 @@ class PipelineStack(cdk.Stack):
         assert isinstance(relay, lambda_.CfnFunction)
         assert isinstance(scheduler, lambda_.CfnFunction)
         # Nudges arrive after every accepted job; a few relays at once keep the database calm, and each run
-        # drains everything claimable anyway.
-        relay.reserved_concurrent_executions = config.relay_reserved_concurrency
-        # Two ticks at once would be safe (SKIP LOCKED, fenced updates) but only contend for the same rows.
-        scheduler.reserved_concurrent_executions = 1
+        # drains everything claimable anyway. Two ticks at once would be safe (SKIP LOCKED, fenced updates)
+        # but only contend for the same rows. A stage setting of 0 reserves nothing (the property is left
+        # out): to Lambda, a reservation of 0 would mean never running at all.
+        relay.reserved_concurrent_executions = config.relay_reserved_concurrency or None
+        scheduler.reserved_concurrent_executions = config.scheduler_reserved_concurrency or None
 
         for handler, what, source in (
             (self.relay, "sweeps the outbox", "tollgate.sweep"),

@@ -26,6 +26,13 @@ from typing import Any
 
 # Lambda refuses a reservation that leaves less than this unreserved in the account.
 LAMBDA_MIN_UNRESERVED = 100
+# The Service Quotas quota that is the account's Lambda concurrency limit, and what to ask it for.
+LAMBDA_QUOTA = "Concurrent executions"
+LAMBDA_QUOTA_SERVICE = "lambda"
+LAMBDA_QUOTA_CODE = "L-B99A9384"
+LAMBDA_QUOTA_REQUEST = 1000
+# The stage settings (stacks/config.py) that reserve concurrency; 0 reserves nothing.
+RESERVATION_SETTINGS = ("relay_reserved_concurrency", "scheduler_reserved_concurrency")
 # The Node major versions jsii (the CDK's runtime) still supports; older ones print an end-of-life banner.
 NODE_MIN_MAJOR = 22
 DEFAULT_BOOTSTRAP_PARAMETER = "/cdk-bootstrap/hnb659fds/version"
@@ -391,6 +398,9 @@ def check_bootstrap(session: Any, identity: Identity, needs: StageNeeds) -> list
 
 
 def check_lambda_concurrency(session: Any, identity: Identity, needs: StageNeeds) -> list[Finding]:
+    """The account's Lambda concurrency quota against the stage's reservations. Lambda refuses any
+    reservation that would leave fewer than 100 executions unreserved, so a stage that reserves needs a quota
+    of 100 plus its reservations; one that reserves nothing deploys under any quota."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     check = "Lambda concurrency"
@@ -407,21 +417,50 @@ def check_lambda_concurrency(session: Any, identity: Identity, needs: StageNeeds
         ]
     limit = int(limits["ConcurrentExecutions"])
     unreserved = int(limits.get("UnreservedConcurrentExecutions", limit))
+    quota = (
+        f'the quota "{LAMBDA_QUOTA}" (Service Quotas, service code {LAMBDA_QUOTA_SERVICE}, quota code '
+        f"{LAMBDA_QUOTA_CODE}) is {limit} in {identity.region}"
+    )
+    needed = LAMBDA_MIN_UNRESERVED + needs.reserved_concurrency
+    request = (
+        f'request "{LAMBDA_QUOTA}" of at least {needed} in the Service Quotas console (AWS services > AWS '
+        f"Lambda > {LAMBDA_QUOTA} > Request increase at account level) or with `aws service-quotas "
+        f"request-service-quota-increase --service-code {LAMBDA_QUOTA_SERVICE} --quota-code "
+        f"{LAMBDA_QUOTA_CODE} --desired-value {max(needed, LAMBDA_QUOTA_REQUEST)} --region {identity.region}`"
+        f"; `aws service-quotas list-requested-service-quota-change-history --service-code "
+        f"{LAMBDA_QUOTA_SERVICE}` follows the request"
+    )
+    if needs.reserved_concurrency == 0:
+        detail = (
+            f"{quota}; stage {needs.stage} reserves none, so its functions share the {unreserved} "
+            "unreserved executions with the rest of the account"
+        )
+        if limit < LAMBDA_MIN_UNRESERVED:
+            # Deploys, but a stage that reserves concurrency could not, and a burst would be throttled.
+            return [
+                Finding(
+                    Status.NOTE,
+                    check,
+                    detail,
+                    f"Advice: a stage that reserves concurrency needs {LAMBDA_MIN_UNRESERVED} more than it "
+                    f"reserves; before one, or before real traffic, {request}.",
+                )
+            ]
+        return [Finding(Status.OK, check, detail)]
     left = limit - needs.reserved_concurrency
     detail = (
-        f"account limit {limit}, stage {needs.stage} reserves {needs.reserved_concurrency}, which leaves "
-        f"{left} unreserved (Lambda requires {LAMBDA_MIN_UNRESERVED}); unreserved now: {unreserved}"
+        f"{quota}; stage {needs.stage} reserves {needs.reserved_concurrency}, which leaves {left} "
+        f"unreserved (Lambda requires {LAMBDA_MIN_UNRESERVED}); unreserved now: {unreserved}"
     )
     if left < LAMBDA_MIN_UNRESERVED:
+        settings = " and ".join(f"`{name}`" for name in RESERVATION_SETTINGS)
         return [
             Finding(
                 Status.MISSING,
                 check,
                 detail,
-                f"request at least {LAMBDA_MIN_UNRESERVED + needs.reserved_concurrency} concurrent "
-                "executions (Service Quotas > AWS Lambda > Concurrent executions, "
-                "`aws service-quotas request-service-quota-increase --service-code lambda "
-                f"--quota-code L-B99A9384 --desired-value 1000`).",
+                f"{request}. Or, until it is granted, set {settings} to 0 in the stage's cdk.json entry, "
+                "as dev does, to reserve nothing.",
             )
         ]
     return [Finding(Status.OK, check, detail)]

@@ -12,7 +12,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
-from app import build_app
+from app import build_app, cdk_json_context
 from stacks.api_stack import ApiStack
 from stacks.config import StageConfig
 from stacks.data_stack import DataStack
@@ -23,7 +23,7 @@ from stacks.ops_stack import OpsStack
 from stacks.pipeline_stack import PipelineStack
 from stacks.results_stack import ResultsStack
 from stacks.worker_stack import WorkerStack
-from tests.infrastructure.synth import Synthesized, normal_shape_stages
+from tests.infrastructure.synth import StageSynth, Synthesized, normal_shape_stages
 
 
 @pytest.fixture(scope="session")
@@ -125,3 +125,25 @@ def ops_template(synthesized: Synthesized) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def validation_report(synthesized: Synthesized) -> dict[str, Any]:
     return synthesized.validation_report
+
+
+@pytest.fixture(scope="session", params=sorted(cdk_json_context()["stages"]))
+def each_stage(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> StageSynth:
+    """Every stage of cdk.json as configured (dev's low-idle settings included), for the settings that
+    differ per stage. Without cdk-nag, which the session's synth, test_low_idle.py (dev) and
+    test_worker_tiers.py (prod) run: a synth per stage costs enough already."""
+    stage = str(request.param)
+    outdir = tmp_path_factory.mktemp(f"cdk.out.{stage}")
+    context = {"stage": stage, "layer_dir": str(tmp_path_factory.mktemp("layer"))}
+    app = build_app(context=context, outdir=str(outdir), nag=False)
+    app.synth()
+    config = StageConfig.from_node(app.node)
+    manifest = json.loads((outdir / "manifest.json").read_text())
+    templates = {
+        name.removeprefix(f"Tollgate-{stage}-"): json.loads(
+            (outdir / artifact["properties"]["templateFile"]).read_text()
+        )
+        for name, artifact in manifest["artifacts"].items()
+        if artifact["type"] == "aws:cloudformation:stack"
+    }
+    return StageSynth(config=config, outdir=outdir, templates=templates)

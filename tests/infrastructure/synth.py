@@ -62,3 +62,14 @@ class Synthesized:
     validation_error: Exception | None
     # cdk.out/validation-report.json of that synth: violations, and suppressed ones with their reasons.
     validation_report: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StageSynth:
+    """One stage of cdk.json exactly as configured, synthesized on its own (``each_stage``)."""
+
+    config: StageConfig
+    # The cloud assembly, as `make synth` and the preflight read it.
+    outdir: Path
+    # Stack concern ("Pipeline", "Api", ...) -> template.
+    templates: dict[str, dict[str, Any]]

@@ -1,5 +1,6 @@
 """PipelineStack's template: per job type an encrypted, TLS-only FIFO queue with a 14-day DLQ, and a
-bounded relay and scheduler on one-minute schedules. The alarms on them are ObservabilityStack's (test_observability_stack)."""
+relay and a scheduler on one-minute schedules, with the concurrency each stage reserves for them. The alarms
+on them are ObservabilityStack's (test_observability_stack)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from tests.infrastructure.cfn import (
     resources,
     type_queues,
 )
+from tests.infrastructure.synth import StageSynth
 from tollgate.core.documents import document_key, tenant_prefix
 from tollgate.jobtypes.registry import JOB_TYPES
 from tollgate.scheduler.retention import ARCHIVE_PREFIX
@@ -113,21 +115,54 @@ def _schedule_input(template: Template, function_id: str) -> dict[str, Any]:
     return payload
 
 
-def test_relay_is_bounded_and_swept_every_minute(pipeline_template: Template, config: StageConfig) -> None:
+def test_relay_is_swept_every_minute(pipeline_template: Template, config: StageConfig) -> None:
     relay_id, relay = function_by_handler(pipeline_template, RELAY)
 
-    assert relay["Properties"]["ReservedConcurrentExecutions"] == config.relay_reserved_concurrency == 2
     assert _schedule_input(pipeline_template, relay_id) == {"source": "tollgate.sweep"}
     # A run never outlives the claim lease on the rows it holds.
     assert relay["Properties"]["Timeout"] <= config.relay.relay_claim_seconds
 
 
-def test_scheduler_runs_alone_every_minute(pipeline_template: Template) -> None:
+def test_scheduler_ticks_every_minute_and_ends_before_the_next_tick(pipeline_template: Template) -> None:
     scheduler_id, scheduler = function_by_handler(pipeline_template, SCHEDULER)
 
-    assert scheduler["Properties"]["ReservedConcurrentExecutions"] == 1
     assert _schedule_input(pipeline_template, scheduler_id) == {"source": "tollgate.tick"}
+    # Without a reservation this is what keeps one tick from overlapping the next.
     assert scheduler["Properties"]["Timeout"] < 60
+
+
+def _reservations(templates: dict[str, Template]) -> dict[str, int]:
+    """Handler -> ReservedConcurrentExecutions, for every function of the stage that reserves any."""
+    return {
+        function["Properties"]["Handler"]: function["Properties"]["ReservedConcurrentExecutions"]
+        for template in templates.values()
+        for function in resources(template, "AWS::Lambda::Function").values()
+        if "ReservedConcurrentExecutions" in function["Properties"]
+    }
+
+
+def test_each_stage_reserves_for_the_relay_and_the_scheduler_what_its_settings_say(
+    each_stage: StageSynth,
+) -> None:
+    config = each_stage.config
+    expected = {RELAY: config.relay_reserved_concurrency, SCHEDULER: config.scheduler_reserved_concurrency}
+
+    # A setting of 0 leaves the property out (to Lambda, 0 would mean never running), and no other function
+    # of any of the stage's stacks reserves concurrency.
+    assert _reservations(each_stage.templates) == {
+        handler: reserved for handler, reserved in expected.items() if reserved
+    }
+    if config.stage == "dev":
+        # Dev deploys into an account with a new account's quota of 10, which refuses any reservation.
+        assert _reservations(each_stage.templates) == {}
+    else:
+        # The relay's few runs at once and the scheduler's one tick at a time, as the settings' defaults say.
+        defaults = StageConfig.model_fields
+        assert expected == {
+            RELAY: defaults["relay_reserved_concurrency"].default,
+            SCHEDULER: defaults["scheduler_reserved_concurrency"].default,
+        }
+        assert all(expected.values())
 
 
 @pytest.mark.parametrize("handler", [RELAY, SCHEDULER])

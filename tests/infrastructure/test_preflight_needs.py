@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import pytest
 
-from stacks.config import StageConfig
-from tests.infrastructure.synth import Synthesized
+from tests.infrastructure.synth import StageSynth
 from tollgate_dev.preflight import LAMBDA_MIN_UNRESERVED, stage_needs
 
 pytestmark = pytest.mark.infrastructure
 
+# A new account's Lambda quota (Concurrent executions).
+NEW_ACCOUNT_QUOTA = 10
 
-def test_the_preflight_counts_the_relays_and_the_schedulers_reservations(
-    synthesized: Synthesized, config: StageConfig
-) -> None:
-    needs = stage_needs(synthesized.outdir, config.stage)
 
-    # The relay's configured concurrency and the scheduler's one tick at a time (PipelineStack).
-    assert needs.reserved_concurrency == config.relay_reserved_concurrency + 1
+def test_the_preflight_counts_each_stages_reservations(each_stage: StageSynth) -> None:
+    config = each_stage.config
+    needs = stage_needs(each_stage.outdir, config.stage)
+
+    # The relay's and the scheduler's reservations (PipelineStack), as the stage's settings give them.
+    assert (
+        needs.reserved_concurrency
+        == config.relay_reserved_concurrency + config.scheduler_reserved_concurrency
+    )
     assert needs.bootstrap_version >= 6
     assert needs.bootstrap_parameter.startswith("/cdk-bootstrap/")
-    # What a new account's default quota of 10 cannot give.
-    assert 10 - needs.reserved_concurrency < LAMBDA_MIN_UNRESERVED
+    if needs.reserved_concurrency:
+        # What a new account's quota cannot give: the preflight tells such a stage which quota to raise.
+        assert NEW_ACCOUNT_QUOTA - needs.reserved_concurrency < LAMBDA_MIN_UNRESERVED

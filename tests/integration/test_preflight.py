@@ -192,10 +192,38 @@ def test_an_unprepared_account_is_told_what_to_do(
     assert "version 5, the stage's templates need 6" in lines["CDK bootstrap"]
     assert "bootstrap aws://123456789012/us-west-2" in lines["CDK bootstrap"]
     assert _status(lines, "Lambda concurrency") == "MISSING"
-    assert "request at least 103 concurrent executions" in lines["Lambda concurrency"]
+    concurrency = lines["Lambda concurrency"]
+    assert (
+        'the quota "Concurrent executions" (Service Quotas, service code lambda, quota code L-B99A9384)'
+        in (concurrency)
+    )
+    assert 'request "Concurrent executions" of at least 103' in concurrency
+    assert "request-service-quota-increase --service-code lambda --quota-code L-B99A9384" in concurrency
     assert _status(lines, "API Gateway CloudWatch role") == "MISSING"
     assert '`"api_gateway_cloudwatch_role": true`' in lines["API Gateway CloudWatch role"]
     assert "update-account" in lines["API Gateway CloudWatch role"]
+
+
+def test_a_stage_that_reserves_nothing_is_not_held_back_by_a_new_accounts_quota(
+    tmp_path: Path, moto_url: str, lambda_limits: LambdaLimits
+) -> None:
+    # Given a new account's quota of 10 and a stage whose templates reserve no concurrency (dev's cdk.json)
+    region = "eu-central-1"
+    _bootstrap(moto_url, region, version=30)
+    lambda_limits.limit = 10
+
+    # When the preflight runs
+    _, lines = _preflight(
+        tmp_path,
+        write_assembly(tmp_path / "cdk.out", reserved=()),
+        _moto_environment(moto_url, lambda_limits.url, region),
+    )
+
+    # Then the quota is no reason the deploy would fail, and the line says which quota to raise before one
+    assert _status(lines, "Lambda concurrency") == "NOTE"
+    assert "stage dev reserves none" in lines["Lambda concurrency"]
+    assert "--quota-code L-B99A9384" in lines["Lambda concurrency"]
+    assert "reserves 0 Lambda executions" in lines["Stage templates"]
 
 
 def test_no_bootstrap_stack_and_a_stage_that_creates_the_role(

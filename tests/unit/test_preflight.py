@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from tests.support import write_assembly
-from tollgate_dev.preflight import Finding, Status, check_docker, stage_needs
+from tollgate_dev.preflight import (
+    Finding,
+    Identity,
+    StageNeeds,
+    Status,
+    check_docker,
+    check_lambda_concurrency,
+    stage_needs,
+)
 
 
 def test_the_stage_needs_come_from_its_own_templates(tmp_path: Path) -> None:
@@ -20,6 +28,104 @@ def test_the_stage_needs_come_from_its_own_templates(tmp_path: Path) -> None:
     assert needs.bootstrap_parameter == "/cdk-bootstrap/hnb659fds/version"
     assert needs.manages_api_gateway_account is False
     assert (needs.account, needs.region) == (None, None)
+
+
+def test_a_stage_that_reserves_nothing_needs_no_reserved_concurrency(tmp_path: Path) -> None:
+    assert stage_needs(write_assembly(tmp_path, reserved=()), "dev").reserved_concurrency == 0
+
+
+class FakeLambda:
+    """A Lambda client's GetAccountSettings, with a new account's numbers unless told otherwise."""
+
+    def __init__(self, limit: int, reserved_elsewhere: int = 0) -> None:
+        self.limit = limit
+        self.reserved_elsewhere = reserved_elsewhere
+
+    def get_account_settings(self) -> dict[str, object]:
+        return {
+            "AccountLimit": {
+                "ConcurrentExecutions": self.limit,
+                "UnreservedConcurrentExecutions": self.limit - self.reserved_elsewhere,
+            }
+        }
+
+
+class FakeSession:
+    def __init__(self, lambda_client: FakeLambda) -> None:
+        self.lambda_client = lambda_client
+        self.asked: list[tuple[str, str]] = []
+
+    def client(self, service: str, region_name: str) -> FakeLambda:
+        self.asked.append((service, region_name))
+        return self.lambda_client
+
+
+IDENTITY = Identity(account="123456789012", region="eu-west-1", arn="arn:aws:iam::123456789012:user/deployer")
+QUOTA_WORDS = ('"Concurrent executions"', "service code lambda", "quota code L-B99A9384")
+
+
+def _needs(stage: str, reserved: int) -> StageNeeds:
+    return StageNeeds(
+        stage=stage,
+        reserved_concurrency=reserved,
+        bootstrap_version=6,
+        bootstrap_parameter="/cdk-bootstrap/hnb659fds/version",
+        manages_api_gateway_account=False,
+    )
+
+
+def test_a_stage_that_reserves_in_a_new_account_is_told_which_quota_to_raise_and_how() -> None:
+    # Given a new account's quota of 10 and a stage that reserves the relay's 2 and the scheduler's 1
+    session = FakeSession(FakeLambda(limit=10))
+
+    # When the preflight checks it
+    (finding,) = check_lambda_concurrency(session, IDENTITY, _needs("staging", 3))
+
+    # Then deploying would fail, and the line names the quota, the increase to ask for and how
+    line = finding.line()
+    assert finding.status is Status.MISSING
+    assert session.asked == [("lambda", "eu-west-1")]
+    assert "is 10 in eu-west-1; stage staging reserves 3, which leaves 7 unreserved" in line
+    for words in QUOTA_WORDS:
+        assert words in line
+    assert 'request "Concurrent executions" of at least 103' in line
+    assert (
+        "`aws service-quotas request-service-quota-increase --service-code lambda --quota-code L-B99A9384 "
+        "--desired-value 1000 --region eu-west-1`"
+    ) in line
+    assert "list-requested-service-quota-change-history --service-code lambda" in line
+    # and the way to deploy meanwhile
+    assert "set `relay_reserved_concurrency` and `scheduler_reserved_concurrency` to 0" in line
+
+
+def test_a_stage_that_reserves_nothing_deploys_under_a_new_accounts_quota_with_advice() -> None:
+    (finding,) = check_lambda_concurrency(FakeSession(FakeLambda(limit=10)), IDENTITY, _needs("dev", 0))
+
+    assert finding.status is Status.NOTE
+    line = finding.line()
+    assert "stage dev reserves none, so its functions share the 10 unreserved executions" in line
+    for words in QUOTA_WORDS:
+        assert words in line
+    assert "--quota-code L-B99A9384" in line
+    assert "Fix:" not in line
+
+
+@pytest.mark.parametrize(("stage", "reserved"), [("dev", 0), ("prod", 3)])
+def test_an_account_with_the_usual_quota_passes_either_stage(stage: str, reserved: int) -> None:
+    (finding,) = check_lambda_concurrency(
+        FakeSession(FakeLambda(limit=1000, reserved_elsewhere=50)), IDENTITY, _needs(stage, reserved)
+    )
+
+    assert finding.status is Status.OK
+    assert 'the quota "Concurrent executions"' in finding.line()
+    assert "request" not in finding.line()
+
+
+@pytest.mark.parametrize(("limit", "status"), [(103, Status.OK), (102, Status.MISSING)])
+def test_a_reservation_may_leave_exactly_the_hundred_lambda_keeps(limit: int, status: Status) -> None:
+    (finding,) = check_lambda_concurrency(FakeSession(FakeLambda(limit)), IDENTITY, _needs("staging", 3))
+
+    assert finding.status is status
 
 
 def test_an_assembly_without_the_stage_is_refused(tmp_path: Path) -> None:
