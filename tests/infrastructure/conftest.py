@@ -6,6 +6,7 @@ The layer folder is an empty temporary directory, so the suite never needs ``lay
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import aws_cdk as cdk
@@ -24,6 +25,7 @@ from stacks.pipeline_stack import PipelineStack
 from stacks.results_stack import ResultsStack
 from stacks.worker_stack import WorkerStack
 from tests.infrastructure.synth import Synthesized, normal_shape_stages
+from tollgate_dev.costs import synthesized_templates
 
 
 @pytest.fixture(scope="session")
@@ -64,6 +66,25 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
         validation_error=validation_error,
         validation_report=report,
     )
+
+
+@pytest.fixture(scope="session")
+def stage_templates(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], list[dict[str, Any]]]:
+    """A stage's templates as cdk.json configures it, synthesized on first use and kept for the session.
+
+    Without cdk-nag, which adds no resource and doubles the synth's time: the session synth and the low-idle
+    and tier tests check it.
+    """
+    layer_dir = tmp_path_factory.mktemp("layer")
+    synthesized: dict[str, list[dict[str, Any]]] = {}
+
+    def templates(stage: str) -> list[dict[str, Any]]:
+        if stage not in synthesized:
+            outdir = tmp_path_factory.mktemp(f"cdk.out.{stage}")
+            synthesized[stage] = synthesized_templates(stage, outdir, layer_dir, nag=False)
+        return synthesized[stage]
+
+    return templates
 
 
 @pytest.fixture(scope="session")
