@@ -26,6 +26,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from stacks.config import StageConfig, settings_environment
+from stacks.constructs.database_wakes import wakes_database_while_clients_connected
 from stacks.constructs.entrypoint_function import EntrypointFunction
 from stacks.constructs.lambda_packaging import DependenciesLayer, function_code, lambda_database_environment
 from stacks.constructs.nag import acknowledge
@@ -44,6 +45,8 @@ ROUTES = ("$connect", "$disconnect", "subscribe", "$default")
 # API Gateway ends a WebSocket integration after 29 s; the route Lambda answers first, so the client gets our
 # error message rather than a gateway's.
 ROUTE_TIMEOUT = cdk.Duration.seconds(25)
+# How often the notifier sweeps for connections whose API key was revoked.
+SWEEP_PERIOD = cdk.Duration.minutes(1)
 # FIFO event sources take at most ten messages a batch; each names a tenant, and one catch-up serves them all.
 NOTIFIER_BATCH_SIZE = 10
 
@@ -239,18 +242,25 @@ class NotificationsStack(cdk.Stack):
             self.stage.grant_management_api_access(function)
         # A revoked key's connections are closed by a sweep (connections that get no events are never looked
         # at otherwise): every minute, each key unchecked for KEY_CHECK_SECONDS is checked again.
-        self.notifier.function.configure_async_invoke(max_event_age=cdk.Duration.minutes(1), retry_attempts=0)
-        events.Rule(
+        self.notifier.function.configure_async_invoke(max_event_age=SWEEP_PERIOD, retry_attempts=0)
+        sweep = events.Rule(
             self.notifier,
             "SweepEveryMinute",
             description=f"Tollgate {self.config.stage}: closes connections whose API key was revoked",
-            schedule=events.Schedule.rate(cdk.Duration.minutes(1)),
+            schedule=events.Schedule.rate(SWEEP_PERIOD),
             targets=[
                 targets.LambdaFunction(
                     self.notifier.function,
                     event=events.RuleTargetInput.from_object({"source": "tollgate.sweep-connections"}),
                 )
             ],
+        )
+        # The sweep lists the due connections from DynamoDB and reads PostgreSQL only for their keys, and the
+        # notifier's pool connects only when asked (build_notify): with no client connected, a run leaves a
+        # paused cluster paused. With one, its key is read once per KEY_CHECK_SECONDS, at most once a run.
+        key_check_seconds = self.config.notifications.key_check_seconds
+        wakes_database_while_clients_connected(
+            sweep, at_most_every=cdk.Duration.seconds(max(SWEEP_PERIOD.to_seconds(), key_check_seconds))
         )
         # Failed tenants of a batch come back alone (partial batch responses); the rest are not repeated.
         self.notifier.function.add_event_source(

@@ -357,7 +357,9 @@ def build_notify(
             boto3.client("apigatewaymanagementapi", endpoint_url=settings.websocket_endpoint)
         )
     return NotifyDeps(
-        db=db or build_database(settings, pool_name="notify"),
+        # The notifier's sweep runs every minute and needs PostgreSQL only while some client is connected (to
+        # check its key), so nothing connects before a use case asks: an idle stage's cluster can pause.
+        db=db or build_database(settings, pool_name="notify", connect_at_start=False),
         connections=connections,
         sender=sender,
         clock=clock or SystemClock(),

@@ -2,20 +2,24 @@
 
 ``idle_costs`` reads templates (resources by type and their properties) and prices what bills by the hour or
 the month whether or not a job arrives; ``main`` synthesizes every stage of cdk.json and writes the table into
-README.md between its markers (``make costs``). Usage-priced things (requests, GB, invocations) are listed as
-not counted. The prices are us-east-1 list prices; change them here and regenerate.
+README.md between its markers (``make costs``); a test of ``make test`` fails when README's table is not what
+the templates give (``table_drift``). Usage-priced things (requests, GB, invocations) are listed as not
+counted. The prices are us-east-1 list prices; change them here and regenerate.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from stacks.constructs.database_wakes import METADATA_KEY, WHILE_CLIENTS_CONNECTED
 
 Template = Mapping[str, Any]
 
@@ -138,13 +142,20 @@ def _cron_seconds(expression: str) -> int | None:
     return None
 
 
-def wake_intervals(templates: Iterable[Template]) -> list[int]:
+def wake_intervals(templates: Iterable[Template], *, clients_connected: bool = False) -> list[int]:
     """The app's scheduled wake-ups, as one interval (seconds) per independent schedule. Rules with the same
     cron expression fire together and count once; each rate rule fires at an offset of its own creation
-    time, so each counts on its own."""
+    time, so each counts on its own. A rule declared to reach the database only while clients are connected
+    (stacks/constructs/database_wakes.py) counts only with ``clients_connected``, at the interval it
+    declares."""
     crons: dict[str, int] = {}
     intervals: list[int] = []
     for _, rule in _of_type(_resources(templates), "AWS::Events::Rule"):
+        declared = rule.get("Metadata", {}).get(METADATA_KEY, {})
+        if declared.get("Wakes") == WHILE_CLIENTS_CONNECTED:
+            if clients_connected:
+                intervals.append(int(declared["EverySeconds"]))
+            continue
         expression = str(_properties(rule).get("ScheduleExpression", ""))
         rate = _rate_seconds(expression)
         if rate is not None:
@@ -161,8 +172,11 @@ def shortest_schedule_seconds(templates: Iterable[Template]) -> int | None:
     return intervals[0] if intervals else None
 
 
-def awake_fraction(cluster: Mapping[str, Any], templates: list[Template]) -> float:
-    """The share of an idle month a 0-ACU cluster is not paused.
+def awake_fraction(
+    cluster: Mapping[str, Any], templates: list[Template], *, clients_connected: bool = False
+) -> float:
+    """The share of an idle month a 0-ACU cluster is not paused (``clients_connected``: while a client stays
+    connected to the WebSocket API all month).
 
     After each scheduled wake-up the cluster stays up for the tick's run, while the tick's session lives
     (until PostgreSQL's ``idle_session_timeout`` closes it) and then for the pause delay. Without that
@@ -180,11 +194,12 @@ def awake_fraction(cluster: Mapping[str, Any], templates: list[Template]) -> flo
     if idle_timeout_ms <= 0:
         return 1.0
     awake = TICK_RUN_SECONDS + idle_timeout_ms / 1000 + pause
-    return min(1.0, sum(awake / interval for interval in wake_intervals(templates)))
+    intervals = wake_intervals(templates, clients_connected=clients_connected)
+    return min(1.0, sum(awake / interval for interval in intervals))
 
 
 def _aurora(
-    found: list[tuple[str, dict[str, Any]]], templates: list[Template]
+    found: list[tuple[str, dict[str, Any]]], templates: list[Template], *, clients_connected: bool
 ) -> tuple[list[CostLine], float]:
     """The clusters' capacity at idle, and the idle ACUs an RDS Proxy in front of them would bill."""
     lines: list[CostLine] = []
@@ -202,7 +217,7 @@ def _aurora(
         )
         minimum = float(scaling["MinCapacity"])
         if minimum == 0:
-            fraction = awake_fraction(cluster, templates)
+            fraction = awake_fraction(cluster, templates, clients_connected=clients_connected)
             acus = count * AWAKE_FLOOR_ACUS * fraction
             detail = (
                 f"{count} instance(s) at 0 ACU with auto-pause, awake {fraction:.0%} of the time "
@@ -259,8 +274,9 @@ def _alarm_metrics(alarm: Mapping[str, Any]) -> tuple[int, bool]:
     return 1, int(properties.get("Period", 60)) < 60
 
 
-def idle_costs(templates: Iterable[Template]) -> list[CostLine]:
-    """Every item of one stage's templates that bills while the stage does nothing, priced per month."""
+def idle_costs(templates: Iterable[Template], *, clients_connected: bool = False) -> list[CostLine]:
+    """Every item of one stage's templates that bills while the stage does nothing, priced per month
+    (``clients_connected``: while it does nothing but keep a live-notification client connected)."""
     templates = list(templates)
     found = _resources(templates)
     lines: list[CostLine] = []
@@ -289,7 +305,7 @@ def idle_costs(templates: Iterable[Template]) -> list[CostLine]:
         CostLine("Public IPv4 addresses", f"{addresses}", _monthly(addresses * PRICES["public_ipv4"].usd))
     )
 
-    aurora, idle_acus = _aurora(found, templates)
+    aurora, idle_acus = _aurora(found, templates, clients_connected=clients_connected)
     proxies = len(_of_type(found, "AWS::RDS::DBProxy"))
     billed = max(PROXY_MINIMUM_ACUS, idle_acus)
     lines.append(
@@ -339,8 +355,15 @@ def total(lines: Iterable[CostLine]) -> float:
     return sum(line.monthly_usd for line in lines)
 
 
-def cost_table(stages: Mapping[str, list[CostLine]], *, tick_seconds: Mapping[str, int | None]) -> str:
-    """The README's table: one row per item, one column per stage, then the prices and what is left out."""
+def cost_table(
+    stages: Mapping[str, list[CostLine]],
+    *,
+    tick_seconds: Mapping[str, int | None],
+    connected: Mapping[str, list[CostLine]] | None = None,
+) -> str:
+    """The README's table: one row per item, one column per stage, the idle total, what a live-notification
+    client connected all month adds (``connected``: each stage's lines with one), then the prices and what is
+    left out."""
     names = list(stages)
     items: list[str] = []
     for lines in stages.values():
@@ -358,6 +381,12 @@ def cost_table(stages: Mapping[str, list[CostLine]], *, tick_seconds: Mapping[st
     rows.append(
         "| **idle total a month** | " + " | ".join(f"**${total(stages[n]):,.2f}**" for n in names) + " |"
     )
+    if connected is not None:
+        rows.append(
+            "| while a live-notification client stays connected (not in the idle total) | "
+            + " | ".join(_connected_cell(stages[n], connected[n]) for n in names)
+            + " |"
+        )
     ticks = ", ".join(
         f"{name}: every {seconds // 60} min" if seconds else f"{name}: none"
         for name, seconds in tick_seconds.items()
@@ -371,9 +400,53 @@ def cost_table(stages: Mapping[str, list[CostLine]], *, tick_seconds: Mapping[st
         + f"wake-up (most frequent: {ticks}; rules on the same cron minutes count once, each rate rule on "
         + f"its own) for the tick's run ({TICK_RUN_SECONDS} s), PostgreSQL's idle_session_timeout and the "
         + "pause delay, and paused for the rest; without idle_session_timeout, as never pausing. "
+        + "A rule declared to reach PostgreSQL only while clients are connected to the WebSocket API (the "
+        + "notifier's one-minute sweep, which checks their API keys) wakes nothing while none is; the row "
+        + "after the total is the month with one client connected throughout, such a rule then counted as a "
+        + "wake-up at the interval it declares (key_check_seconds, at least the sweep's minute). "
         + f"RDS Proxy is billed for at least {PROXY_MINIMUM_ACUS} ACUs. "
         + NOT_COUNTED
     )
+
+
+def _connected_cell(idle: list[CostLine], connected: list[CostLine]) -> str:
+    """What a connected client adds to a stage's month, and the items it changes."""
+    changed = [
+        f"{now.item}: ${now.monthly_usd:,.2f}, {now.detail}"
+        for now, before in zip(connected, idle, strict=True)
+        if now != before
+    ]
+    return f"+${total(connected) - total(idle):,.2f} ({'; '.join(changed) or 'nothing changes'})"
+
+
+def table_from_templates(stages: Mapping[str, Sequence[Template]]) -> str:
+    """README's table for the stages' synthesized templates (stage -> its templates, in column order)."""
+    return cost_table(
+        {name: idle_costs(templates) for name, templates in stages.items()},
+        tick_seconds={name: shortest_schedule_seconds(templates) for name, templates in stages.items()},
+        connected={name: idle_costs(templates, clients_connected=True) for name, templates in stages.items()},
+    )
+
+
+def readme_table(readme: str) -> str:
+    """The table as README.md has it, between its markers."""
+    _, start, rest = readme.partition(START)
+    body, end, _ = rest.partition(END)
+    if not (start and end):
+        raise ValueError(f"README.md has no {START} ... {END} section")
+    return body.strip("\n")
+
+
+def table_drift(readme: str, table: str) -> list[str]:
+    """The lines where README.md's table and ``table`` differ, as a diff ("-" README, "+" the templates);
+    empty when they agree."""
+    return [
+        line
+        for line in difflib.unified_diff(
+            readme_table(readme).splitlines(), table.splitlines(), "README.md", "templates", lineterm="", n=0
+        )
+        if line.startswith(("-", "+")) and not line.startswith(("---", "+++"))
+    ]
 
 
 def _replace(text: str, body: str) -> str:
@@ -384,42 +457,48 @@ def _replace(text: str, body: str) -> str:
     return f"{head}{START}\n{body}\n{END}{tail}"
 
 
-def synthesized_templates(stage: str, outdir: Path, layer_dir: Path) -> list[dict[str, Any]]:
-    """Synthesize one stage (cdk-nag on, as `make synth` does) and read back its templates."""
+def synthesized_templates(
+    stage: str, outdir: Path, layer_dir: Path, *, nag: bool = True
+) -> list[dict[str, Any]]:
+    """Synthesize one stage (cdk-nag on, as `make synth` does, unless ``nag`` is False: the costs read only
+    resources, which cdk-nag does not change) and read back its templates."""
     from app import build_app
 
-    build_app(context={"stage": stage, "layer_dir": str(layer_dir)}, outdir=str(outdir)).synth()
+    build_app(context={"stage": stage, "layer_dir": str(layer_dir)}, outdir=str(outdir), nag=nag).synth()
     return [json.loads(path.read_text()) for path in sorted(outdir.glob("*.template.json"))]
+
+
+def stage_names() -> list[str]:
+    """cdk.json's stages, in the table's column order: dev, staging, prod, then any other by name."""
+    from app import cdk_json_context
+
+    usual = ("dev", "staging", "prod")
+    return sorted(
+        cdk_json_context()["stages"], key=lambda name: (usual.index(name) if name in usual else 9, name)
+    )
 
 
 def main() -> None:
     """Synthesize every stage of cdk.json and rewrite README.md's idle cost table (``--check``: compare)."""
-    from app import cdk_json_context
     from stacks.config import REPO_ROOT
 
-    usual = ("dev", "staging", "prod")
-    stages = sorted(
-        cdk_json_context()["stages"], key=lambda name: (usual.index(name) if name in usual else 9, name)
-    )
-    costs: dict[str, list[CostLine]] = {}
-    ticks: dict[str, int | None] = {}
+    templates: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="tollgate-costs-") as scratch:
         layer_dir = Path(scratch) / "layer"
         layer_dir.mkdir()
-        for stage in stages:
-            templates = synthesized_templates(stage, Path(scratch) / stage, layer_dir)
-            costs[stage] = idle_costs(templates)
-            ticks[stage] = shortest_schedule_seconds(templates)
-            print(f"{stage}: ${total(costs[stage]):,.2f} a month idle")
+        for stage in stage_names():
+            templates[stage] = synthesized_templates(stage, Path(scratch) / stage, layer_dir)
+            print(f"{stage}: ${total(idle_costs(templates[stage])):,.2f} a month idle")
+    table = table_from_templates(templates)
     readme = REPO_ROOT / "README.md"
     current = readme.read_text(encoding="utf-8")
-    rendered = _replace(current, cost_table(costs, tick_seconds=ticks))
     if "--check" in sys.argv[1:]:
-        if rendered != current:
-            print("README.md's idle cost table is out of date: run `make costs`")
+        drift = table_drift(current, table)
+        if drift:
+            print("README.md's idle cost table is out of date: run `make costs`\n" + "\n".join(drift))
             raise SystemExit(1)
         return
-    readme.write_text(rendered, encoding="utf-8")
+    readme.write_text(_replace(current, table), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ The layer folder is an empty temporary directory, so the suite never needs ``lay
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable
 from typing import Any
 
 import aws_cdk as cdk
@@ -23,7 +25,7 @@ from stacks.ops_stack import OpsStack
 from stacks.pipeline_stack import PipelineStack
 from stacks.results_stack import ResultsStack
 from stacks.worker_stack import WorkerStack
-from tests.infrastructure.synth import StageSynth, Synthesized, normal_shape_stages
+from tests.infrastructure.synth import StageSynth, Synthesized, normal_shape_stages, synthesize_shared
 
 
 @pytest.fixture(scope="session")
@@ -64,6 +66,27 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
         validation_error=validation_error,
         validation_report=report,
     )
+
+
+@pytest.fixture(scope="session")
+def stage_synth(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], StageSynth]:
+    """A stage as cdk.json configures it (dev's low-idle settings included), synthesized once per test run
+    for every worker (see ``synthesize_shared``) and kept for the session.
+
+    Without cdk-nag, which adds no resource and doubles the synth's time: the session synth (dev in the normal
+    shape), test_low_idle.py (dev) and test_worker_tiers.py (prod) run it.
+    """
+    # Under xdist every worker has its own base; their parent is this run's, shared by the workers alone.
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    kept: dict[str, StageSynth] = {}
+
+    def synth(stage: str) -> StageSynth:
+        if stage not in kept:
+            kept[stage] = synthesize_shared(stage, shared / "stages")
+        return kept[stage]
+
+    return synth
 
 
 @pytest.fixture(scope="session")
@@ -128,22 +151,6 @@ def validation_report(synthesized: Synthesized) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session", params=sorted(cdk_json_context()["stages"]))
-def each_stage(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> StageSynth:
-    """Every stage of cdk.json as configured (dev's low-idle settings included), for the settings that
-    differ per stage. Without cdk-nag, which the session's synth, test_low_idle.py (dev) and
-    test_worker_tiers.py (prod) run: a synth per stage costs enough already."""
-    stage = str(request.param)
-    outdir = tmp_path_factory.mktemp(f"cdk.out.{stage}")
-    context = {"stage": stage, "layer_dir": str(tmp_path_factory.mktemp("layer"))}
-    app = build_app(context=context, outdir=str(outdir), nag=False)
-    app.synth()
-    config = StageConfig.from_node(app.node)
-    manifest = json.loads((outdir / "manifest.json").read_text())
-    templates = {
-        name.removeprefix(f"Tollgate-{stage}-"): json.loads(
-            (outdir / artifact["properties"]["templateFile"]).read_text()
-        )
-        for name, artifact in manifest["artifacts"].items()
-        if artifact["type"] == "aws:cloudformation:stack"
-    }
-    return StageSynth(config=config, outdir=outdir, templates=templates)
+def each_stage(request: pytest.FixtureRequest, stage_synth: Callable[[str], StageSynth]) -> StageSynth:
+    """Every stage of cdk.json as configured, for the settings that differ per stage."""
+    return stage_synth(str(request.param))

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
 
-from app import cdk_json_context
+from app import build_app, cdk_json_context
 from stacks.api_stack import ApiStack
 from stacks.config import StageConfig
 from stacks.data_stack import DataStack
@@ -73,3 +76,30 @@ class StageSynth:
     outdir: Path
     # Stack concern ("Pipeline", "Api", ...) -> template.
     templates: dict[str, dict[str, Any]]
+
+
+def synthesize_shared(stage: str, root: Path) -> StageSynth:
+    """``stage`` as cdk.json configures it, synthesized into ``root/stage`` by the first process to ask and read
+    back by every other (a file lock keeps them in turn), so the test workers of one run synthesize each
+    stage once between them. Without cdk-nag (see ``stage_synth``)."""
+    root.mkdir(parents=True, exist_ok=True)
+    outdir, layer_dir = root / stage, root / f"{stage}.layer"
+    context = {"stage": stage, "layer_dir": str(layer_dir)}
+    with (root / f"{stage}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / f"{stage}.done").exists():
+            shutil.rmtree(outdir, ignore_errors=True)
+            layer_dir.mkdir(exist_ok=True)
+            build_app(context=context, outdir=str(outdir), nag=False).synth()
+            (root / f"{stage}.done").touch()
+    # The stage's settings, without synthesizing again: they are read from the app's context alone.
+    config = StageConfig.from_node(cdk.App(context={**cdk_json_context(), **context}).node)
+    manifest = json.loads((outdir / "manifest.json").read_text())
+    templates = {
+        name.removeprefix(f"Tollgate-{stage}-"): json.loads(
+            (outdir / artifact["properties"]["templateFile"]).read_text()
+        )
+        for name, artifact in manifest["artifacts"].items()
+        if artifact["type"] == "aws:cloudformation:stack"
+    }
+    return StageSynth(config=config, outdir=outdir, templates=templates)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from stacks.config import StageConfig
+from stacks.constructs.database_wakes import METADATA_KEY, WHILE_CLIENTS_CONNECTED
 from stacks.notifications_stack import (
     CONNECTION_KEY,
     IDENTITY_SOURCE,
@@ -254,3 +255,16 @@ def test_a_sweep_every_minute_closes_the_connections_of_revoked_keys(
     assert json.loads(target["Input"]) == {"source": "tollgate.sweep-connections"}
     notifier, _ = function_by_handler(notifications_template, NOTIFIER)
     assert target["Arn"] == {"Fn::GetAtt": [notifier, "Arn"]}
+
+
+def test_the_sweep_is_declared_to_reach_the_database_only_while_clients_are_connected(
+    notifications_template: Template, config: StageConfig
+) -> None:
+    """The idle cost model reads this declaration: an idle stage's sweep does not keep Aurora awake."""
+    rules = resources(notifications_template, "AWS::Events::Rule")
+    [rule] = [r for r in rules.values() if "revoked" in r["Properties"]["Description"]]
+
+    assert rule["Metadata"][METADATA_KEY] == {
+        "Wakes": WHILE_CLIENTS_CONNECTED,
+        "EverySeconds": max(60, config.notifications.key_check_seconds),
+    }

@@ -117,3 +117,25 @@ def test_connect_subscribe_notify_and_disconnect_through_the_entrypoints(handler
     assert handlers["notifier"].lambda_handler({"source": "tollgate.sweep-connections"}, Context()) == {
         "closed": 0
     }
+
+
+def test_the_sweep_opens_no_database_connection_while_no_client_is_connected(handlers, tenant):
+    """An idle stage's sweep runs every minute: were it to connect, a paused Aurora cluster would resume each
+    time and never pause again (README's idle costs count on it)."""
+    notifier = handlers["notifier"]
+    sweep = {"source": "tollgate.sweep-connections"}
+    pool = notifier.deps.db.pool
+    pool.wait(timeout=5)  # whatever the pool opens at start is open by now
+
+    # Given no connection, when the sweep runs, then PostgreSQL is not asked for anything
+    assert notifier.lambda_handler(sweep, Context()) == {"closed": 0}
+    assert pool.get_stats().get("connections_num", 0) == 0
+
+    # Given a connected client whose key is due for its check, when the sweep runs, then it reads the key
+    context = handlers["websocket_authorizer"].lambda_handler(
+        {"headers": {"Authorization": f"Bearer {tenant.api_key}"}, "methodArn": METHOD_ARN}, Context()
+    )["context"]
+    assert route(handlers, "$connect", "conn-1", authorizer=context) == {"statusCode": 200}
+    notifier.deps.connections.mark_key_checked("conn-1", 0.0)
+    assert notifier.lambda_handler(sweep, Context()) == {"closed": 0}
+    assert pool.get_stats().get("connections_num", 0) == 1

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from stacks.constructs.database_wakes import METADATA_KEY, WHILE_CLIENTS_CONNECTED
 from tollgate_dev.costs import (
     END,
     START,
@@ -16,6 +17,7 @@ from tollgate_dev.costs import (
     cost_table,
     idle_costs,
     shortest_schedule_seconds,
+    table_drift,
     total,
     wake_intervals,
 )
@@ -168,6 +170,25 @@ def test_a_cluster_that_cannot_pause_is_counted_at_its_awake_floor(
     assert costs["Aurora Serverless v2 capacity"] == pytest.approx(0.5 * 0.12 * HOURS)
 
 
+def test_a_rule_that_reaches_the_database_only_while_clients_are_connected_wakes_nothing_idle() -> None:
+    """Given a half-hourly tick and a one-minute sweep declared to reach PostgreSQL only while clients are
+    connected, when counted idle, then only the tick wakes the cluster; with a client connected all month, the
+    sweep does too, at the interval it declares, and the cluster never pauses."""
+    sweep = _rule("rate(1 minute)")
+    sweep["Metadata"] = {METADATA_KEY: {"Wakes": WHILE_CLIENTS_CONNECTED, "EverySeconds": 120}}
+    template = _template(
+        **_cluster(0, pause=300, idle_timeout_ms=60_000), Tick=_rule("cron(0/30 * * * ? *)"), Sweep=sweep
+    )
+
+    idle = _by_item(idle_costs([template]))
+    connected = _by_item(idle_costs([template], clients_connected=True))
+
+    assert wake_intervals([template]) == [1800]
+    assert wake_intervals([template], clients_connected=True) == [120, 1800]
+    assert idle["Aurora Serverless v2 capacity"] == pytest.approx(420 / 1800 * 0.5 * 0.12 * HOURS)
+    assert connected["Aurora Serverless v2 capacity"] == pytest.approx(0.5 * 0.12 * HOURS)
+
+
 def test_schedules_are_read_as_rates_and_crons_and_the_shortest_counts() -> None:
     templates = [
         _template(A=_rule("rate(2 hours)"), B=_rule("cron(0 3 * * ? *)")),
@@ -200,6 +221,32 @@ def test_the_table_has_a_column_per_stage_a_total_and_the_prices_it_assumed() ->
     assert f"**${total(stages['prod']):,.2f}**" in table
     assert "$0.045 per NAT gateway and hour" in table and "730 hours a month" in table
     assert "dev: every 30 min, prod: every 1 min" in table
+
+
+def test_the_table_says_what_a_connected_client_adds_outside_the_idle_total() -> None:
+    idle = {"dev": [CostLine("NAT gateways", "1", 32.85), CostLine("Aurora", "awake 23%", 10.22)]}
+    connected = {"dev": [CostLine("NAT gateways", "1", 32.85), CostLine("Aurora", "awake 100%", 43.80)]}
+
+    table = cost_table(idle, tick_seconds={"dev": 1800}, connected=connected)
+
+    assert "| **idle total a month** | **$43.07** |" in table
+    assert "stays connected (not in the idle total) | +$33.58 (Aurora: $43.80, awake 100%) |" in table
+
+
+def test_a_readme_table_that_differs_from_the_templates_is_caught_line_by_line() -> None:
+    """Given README's table with one wrong figure, when compared with the templates' table, then the drift
+    names that line as README has it and as the templates give it; an identical table has no drift."""
+    table = cost_table({"dev": [CostLine("NAT gateways", "1", 32.85)]}, tick_seconds={"dev": 1800})
+    readme = f"intro\n{START}\n{table}\n{END}\nafter\n"
+    planted = readme.replace("$32.85 (1)", "$23.85 (1)")
+
+    assert table_drift(readme, table) == []
+    assert table_drift(planted, table) == [
+        "-| NAT gateways | $23.85 (1) |",
+        "+| NAT gateways | $32.85 (1) |",
+    ]
+    with pytest.raises(ValueError, match="idle-costs:start"):
+        table_drift("no table here", table)
 
 
 def test_the_readme_table_is_replaced_between_its_markers_only() -> None:

@@ -219,11 +219,20 @@ def resolve_conninfo(settings: DatabaseSettings, secret_loader: SecretLoader | N
 
 
 def build_database(
-    settings: DatabaseSettings, *, pool_name: str = "tollgate", secret_loader: SecretLoader | None = None
+    settings: DatabaseSettings,
+    *,
+    pool_name: str = "tollgate",
+    secret_loader: SecretLoader | None = None,
+    connect_at_start: bool = True,
 ) -> Database:
     """The pool for one entrypoint. With DATABASE_URL it connects with that URL; otherwise it reads the
     credentials from the database secret for each new connection (``secret_loader``, by default Powertools'
-    cached ``get_secret``)."""
+    cached ``get_secret``).
+
+    ``connect_at_start=False`` keeps no connection open: the first transaction opens one. It is for an
+    entrypoint that often runs without PostgreSQL, where a connection made at cold start would resume a
+    paused Aurora cluster for nothing.
+    """
     conninfo: str | SecretConninfo
     configure: Callable[[Conn], None] | None = None
     if settings.database_url is not None:
@@ -242,7 +251,7 @@ def build_database(
             "connect_timeout": max(1, int(settings.database_wait_seconds)),
         },
         configure=configure,
-        min_size=1,
+        min_size=1 if connect_at_start else 0,
         max_size=settings.database_pool_size,
         # Under API Gateway's 29 s limit, so a caller hears 503 from us rather than a gateway timeout.
         timeout=settings.database_wait_seconds,
