@@ -23,7 +23,7 @@ from stacks.ops_stack import OpsStack
 from stacks.pipeline_stack import PipelineStack
 from stacks.results_stack import ResultsStack
 from stacks.worker_stack import WorkerStack
-from tests.infrastructure.synth import Synthesized, normal_shape_stages
+from tests.infrastructure.synth import StageTemplates, Synthesized, normal_shape_stages, synthesize_stage
 
 
 @pytest.fixture(scope="session")
@@ -64,6 +64,21 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
         validation_error=validation_error,
         validation_report=report,
     )
+
+
+@pytest.fixture(scope="session")
+def stage_templates(tmp_path_factory: pytest.TempPathFactory) -> StageTemplates:
+    """Each stage as cdk.json configures it, synthesized the first time a test asks for it in this process."""
+    synthesized: dict[str, tuple[StageConfig, dict[str, Any]]] = {}
+
+    def templates(stage: str) -> tuple[StageConfig, dict[str, Any]]:
+        if stage not in synthesized:
+            synthesized[stage] = synthesize_stage(
+                stage, tmp_path_factory.mktemp(f"layer-{stage}"), tmp_path_factory.mktemp(f"cdk.out-{stage}")
+            )
+        return synthesized[stage]
+
+    return templates
 
 
 @pytest.fixture(scope="session")

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
+from aws_cdk.assertions import Template as AssertionsTemplate
 
-from app import cdk_json_context
+from app import build_app, cdk_json_context
 from stacks.api_stack import ApiStack
 from stacks.config import StageConfig
 from stacks.data_stack import DataStack
@@ -62,3 +64,26 @@ class Synthesized:
     validation_error: Exception | None
     # cdk.out/validation-report.json of that synth: violations, and suppressed ones with their reasons.
     validation_report: dict[str, Any]
+
+
+# stage -> (its config, stack concern ("Api", "Data", ...) -> template): the ``stage_templates`` fixture.
+StageTemplates = Callable[[str], tuple[StageConfig, dict[str, dict[str, Any]]]]
+
+
+def synthesize_stage(
+    stage: str, layer_dir: Path, outdir: Path
+) -> tuple[StageConfig, dict[str, dict[str, Any]]]:
+    """``stage`` as cdk.json configures it (dev in its low-idle shape), without cdk-nag: the tests that read
+    every stage check what the stage deploys; cdk-nag's findings are the session synth's and the low-idle
+    test's."""
+    app = build_app(context={"stage": stage, "layer_dir": str(layer_dir)}, outdir=str(outdir), nag=False)
+    app.synth()
+    config = StageConfig.from_node(app.node)
+    templates = {
+        child.stack_name.removeprefix(f"Tollgate-{config.stage}-"): AssertionsTemplate.from_stack(
+            child
+        ).to_json()
+        for child in app.node.children
+        if isinstance(child, cdk.Stack)
+    }
+    return config, templates
