@@ -26,6 +26,7 @@ from stacks.constructs.entrypoint_function import EntrypointFunction
 from stacks.constructs.lambda_packaging import DependenciesLayer, function_code, lambda_database_environment
 from stacks.constructs.nag import acknowledge
 from stacks.constructs.problem_responses import ProblemGatewayResponses
+from tollgate.api.surface import http_surface
 
 STAGE_NAME = "v1"
 # A bearer token with no whitespace; anything else is refused by API Gateway without invoking the authorizer.
@@ -237,30 +238,20 @@ class ApiStack(cdk.Stack):
             "api_key_required": config.enforce_usage_plan,
         }
 
-        jobs = self.api.root.add_resource("extraction-jobs")
-        jobs.add_method("POST", integration, **protected)
-        jobs.add_method("GET", integration, **protected)
-        job = jobs.add_resource("{id}")
-        job.add_method("GET", integration, **protected)
-        job.add_resource("result").add_method("GET", integration, **protected)
-        job.add_resource("cancel").add_method("POST", integration, **protected)
-        review = job.add_resource("review")
-        review.add_method("GET", integration, **protected)
-        review.add_method("POST", integration, **protected)
-        self.api.root.add_resource("reviews").add_method("GET", integration, **protected)
-
-        openapi = self.api.root.add_resource("openapi.json").add_method(
-            "GET",
-            integration,
-            authorization_type=apigw.AuthorizationType.NONE,
-            api_key_required=False,
-        )
-        acknowledge(
-            openapi,
-            "AwsSolutions-APIG4",
-            "GET /openapi.json serves the public description of the API so clients can generate code; "
-            "the API Lambda renders it from its route definitions and reads no tenant data for it.",
-        )
+        # One method per operation of the app's own route table: what the Lambda serves is what the stage
+        # routes to it, and a public route says why (tollgate.api.surface).
+        for operation in http_surface():
+            resource = self.api.root.resource_for_path(operation.path)
+            if operation.public is None:
+                resource.add_method(operation.method, integration, **protected)
+                continue
+            method = resource.add_method(
+                operation.method,
+                integration,
+                authorization_type=apigw.AuthorizationType.NONE,
+                api_key_required=False,
+            )
+            acknowledge(method, "AwsSolutions-APIG4", operation.public)
 
 
 def rest_api(scope: Construct, config: StageConfig, access_logs: logs.ILogGroup) -> apigw.RestApi:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from stacks.config import StageConfig
+from stacks.config import REPO_ROOT, StageConfig
 from tests.infrastructure.cfn import (
     as_list,
     export_of,
@@ -20,23 +21,18 @@ from tests.infrastructure.cfn import (
     render,
     resources,
 )
+from tests.infrastructure.synth import StageSynth
 from tollgate.api.problems import PROBLEM_CONTENT_TYPE, PROBLEM_TYPE_BASE
+from tollgate.api.surface import http_surface
 
 pytestmark = pytest.mark.infrastructure
 
 Template = dict[str, Any]
 
-JOB_ROUTES = {
-    ("POST", "/extraction-jobs"),
-    ("GET", "/extraction-jobs"),
-    ("GET", "/extraction-jobs/{id}"),
-    ("GET", "/extraction-jobs/{id}/result"),
-    ("POST", "/extraction-jobs/{id}/cancel"),
-    ("GET", "/extraction-jobs/{id}/review"),
-    ("POST", "/extraction-jobs/{id}/review"),
-    ("GET", "/reviews"),
-}
-PUBLIC_ROUTES = {("GET", "/openapi.json")}
+# The routes come from the app's own route table (tollgate.api.surface); these tests read it, never a list.
+SURFACE = http_surface()
+JOB_ROUTES = {(operation.method, operation.path) for operation in SURFACE if operation.public is None}
+PUBLIC_ROUTES = {(operation.method, operation.path) for operation in SURFACE if operation.public is not None}
 
 
 def _paths(template: Template) -> dict[str, str]:
@@ -62,8 +58,42 @@ def _routes(template: Template) -> dict[tuple[str, str], dict[str, Any]]:
     }
 
 
-def test_the_api_serves_exactly_the_documented_routes(api_template: Template) -> None:
+def test_the_api_serves_exactly_the_apps_routes(api_template: Template) -> None:
     assert set(_routes(api_template)) == JOB_ROUTES | PUBLIC_ROUTES
+    assert ("GET", "/openapi.json") in PUBLIC_ROUTES and len(JOB_ROUTES) >= 19
+
+
+def _openapi_operations() -> set[tuple[str, str]]:
+    document = json.loads((REPO_ROOT / "openapi.json").read_text())
+    return {
+        (method.upper(), path)
+        for path, operations in document["paths"].items()
+        for method in operations
+        if method in {"get", "put", "post", "delete", "patch"}
+    }
+
+
+@pytest.mark.parametrize("stage", ["dev", "staging", "prod"])
+def test_every_documented_operation_is_routed_through_the_authorizer_in_every_stage(
+    stage: str, stage_synth: Callable[[str], StageSynth]
+) -> None:
+    """What a tenant reads in openapi.json is what each stage's API Gateway routes to the API Lambda, behind
+    the authorizer: no operation answered by API Gateway before any Lambda runs."""
+    synth = stage_synth(stage)
+    config, api = synth.config, synth.templates["Api"]
+    authorizer_id, _ = only(api, "AWS::ApiGateway::Authorizer")
+    function_id, _ = function_by_handler(api, "functions.api.handler.lambda_handler")
+    routes = _routes(api)
+    documented = _openapi_operations()
+
+    unrouted = sorted(documented - set(routes))
+    assert not unrouted, f"{stage}: documented but not routed by API Gateway: {unrouted}"
+    for route in documented:
+        method = routes[route]
+        assert method["AuthorizationType"] == "CUSTOM", route
+        assert method["AuthorizerId"] == {"Ref": authorizer_id}, route
+        assert method["ApiKeyRequired"] is config.enforce_usage_plan, route
+        assert references(method["Integration"]["Uri"], function_id), route
 
 
 def test_every_job_route_goes_through_the_token_authorizer(api_template: Template) -> None:

@@ -1,9 +1,11 @@
 """A small stand-in for API Gateway on 127.0.0.1: turns HTTP requests into REST proxy events.
 
-It runs the real authorizer use case first (TOKEN authorizer semantics: 401 when it denies, its context
-passed on as ``requestContext.authorizer``) and then the API's handle function, as Lambda would. ``AppPool``
-stands in for the API Lambda's concurrent instances: the gateway serves requests on many threads at once.
-"""
+It serves exactly the API's operations (``tollgate.api.surface``, the same table ApiStack makes its methods
+from) and answers any other method or path as API Gateway does, before any authorizer or Lambda runs. For an
+operation it runs the real authorizer use case first (TOKEN authorizer semantics: 401 when it denies, its
+context passed on as ``requestContext.authorizer``) and then the API's handle function, as Lambda would.
+``AppPool`` stands in for the API Lambda's concurrent instances: the gateway serves requests on many threads
+at once."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import json
 import queue
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 from urllib.parse import parse_qsl, urlsplit
@@ -24,7 +26,9 @@ from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 
 from tollgate.api.app import create_app, handle
 from tollgate.api.deps import ApiDeps
+from tollgate.api.gateway_problems import gateway_problem, rendered
 from tollgate.api.problems import DEPENDENCY_RETRY_AFTER_SECONDS, PROBLEM_CONTENT_TYPE, problem_body
+from tollgate.api.surface import Operation, find_operation, http_surface
 from tollgate.core.errors import DependencyUnavailable, PayloadTooLarge, TollgateError, Unauthorized
 from tollgate.tenants.authorizer import AccessDenied
 
@@ -33,14 +37,17 @@ logger = Logger(service="tollgate-local", child=True)
 ApiHandler = Callable[[dict[str, Any], Any], dict[str, Any]]
 Authorizer = Callable[[str | None, str], dict[str, Any]]
 
-PUBLIC_PATHS = {"/openapi.json"}
 STAGE = "local"
 API_ID = "local"
 # API Gateway's own limit on a request payload.
 MAX_PAYLOAD_BYTES = 10 * 1024 * 1024
 
 
-def build_event(method: str, raw_path: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
+def build_event(
+    method: str, raw_path: str, headers: dict[str, str], body: bytes, operation: Operation | None = None
+) -> dict[str, Any]:
+    """The REST proxy event API Gateway sends for a request; ``resource`` and ``pathParameters`` come from
+    the ``operation`` that serves it (the path itself when none is given)."""
     parts = urlsplit(raw_path)
     query = parse_qsl(parts.query, keep_blank_values=True)
     multi_query: dict[str, list[str]] = {}
@@ -50,15 +57,24 @@ def build_event(method: str, raw_path: str, headers: dict[str, str], body: bytes
         text, is_base64 = body.decode("utf-8"), False
     except UnicodeDecodeError:
         text, is_base64 = base64.b64encode(body).decode(), True
+    parameters = None
+    if operation is not None:
+        names = [segment[1:-1] for segment in operation.segments]
+        values = [segment for segment in parts.path.split("/") if segment]
+        parameters = {
+            name: value
+            for name, value, segment in zip(names, values, operation.segments, strict=True)
+            if segment.startswith("{")
+        } or None
     return {
-        "resource": parts.path,
+        "resource": operation.path if operation is not None else parts.path,
         "path": parts.path,
         "httpMethod": method,
         "headers": dict(headers),
         "multiValueHeaders": {k: [v] for k, v in headers.items()},
         "queryStringParameters": dict(query) or None,
         "multiValueQueryStringParameters": multi_query or None,
-        "pathParameters": None,
+        "pathParameters": parameters,
         "stageVariables": None,
         "requestContext": {
             "accountId": "000000000000",
@@ -121,10 +137,16 @@ class _Server(ThreadingHTTPServer):
 
 class LocalGateway:
     def __init__(
-        self, api: ApiHandler, authorizer: Authorizer, host: str = "127.0.0.1", port: int = 8080
+        self,
+        api: ApiHandler,
+        authorizer: Authorizer,
+        host: str = "127.0.0.1",
+        port: int = 8080,
+        surface: Sequence[Operation] | None = None,
     ) -> None:
         self._api = api
         self._authorizer = authorizer
+        self._surface = tuple(surface) if surface is not None else http_surface()
         self._server = _Server((host, port), self._handler_class())
         self._thread: threading.Thread | None = None
 
@@ -148,8 +170,15 @@ class LocalGateway:
     ) -> tuple[int, dict[str, str], bytes]:
         if len(body) > MAX_PAYLOAD_BYTES:
             return _problem(PayloadTooLarge(f"API Gateway accepts at most {MAX_PAYLOAD_BYTES} bytes"))
-        event = build_event(method, path, headers, body)
-        if event["path"] not in PUBLIC_PATHS:
+        operation = find_operation(self._surface, method, urlsplit(path).path)
+        if operation is None:
+            # API Gateway's answer to a method or resource the stage does not declare, before any authorizer.
+            missing = gateway_problem("MISSING_AUTHENTICATION_TOKEN")
+            assert missing.status is not None
+            headers = {"Content-Type": PROBLEM_CONTENT_TYPE}
+            return missing.status, headers, rendered(missing, str(uuid.uuid4())).encode()
+        event = build_event(method, path, headers, body, operation)
+        if operation.public is None:
             lowered = {k.lower(): v for k, v in headers.items()}
             method_arn = (
                 f"arn:aws:execute-api:eu-west-1:000000000000:{API_ID}/{STAGE}/{method}{event['path']}"
@@ -202,7 +231,7 @@ class LocalGateway:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _serve
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # request lines would repeat what the API logs, and headers carry keys
