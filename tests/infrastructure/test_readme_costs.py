@@ -38,9 +38,7 @@ def test_the_readme_cost_table_is_what_the_templates_give(table: str) -> None:
     assert drift == [], "README.md's idle cost table is out of date: run `make costs`\n" + "\n".join(drift)
 
 
-def test_a_wrong_figure_in_the_readme_is_caught(
-    table: str, stage_templates: Templates
-) -> None:
+def test_a_wrong_figure_in_the_readme_is_caught(table: str, stage_templates: Templates) -> None:
     # Given a README whose dev total is off by a cent
     dev_total = f"**${total(idle_costs(stage_templates('dev'))):,.2f}**"
     assert dev_total in table
