@@ -23,7 +23,7 @@ from stacks.ops_stack import OpsStack
 from stacks.pipeline_stack import PipelineStack
 from stacks.results_stack import ResultsStack
 from stacks.worker_stack import WorkerStack
-from tests.infrastructure.synth import Synthesized, normal_shape_stages
+from tests.infrastructure.synth import StageTemplates, Synthesized, normal_shape_stages
 
 
 @pytest.fixture(scope="session")
@@ -64,6 +64,31 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
         validation_error=validation_error,
         validation_report=report,
     )
+
+
+@pytest.fixture(scope="session")
+def stage_templates(tmp_path_factory: pytest.TempPathFactory) -> StageTemplates:
+    """Synthesizes a stage as cdk.json configures it (dev in its low-idle shape), with cdk-nag on, on first
+    use; later calls for the same stage share that synth."""
+    synthesized: dict[str, tuple[StageConfig, dict[str, dict[str, Any]]]] = {}
+
+    def synthesize(stage: str) -> tuple[StageConfig, dict[str, dict[str, Any]]]:
+        if stage not in synthesized:
+            context = {"stage": stage, "layer_dir": str(tmp_path_factory.mktemp("layer"))}
+            app = build_app(context=context, outdir=str(tmp_path_factory.mktemp(f"cdk.out.{stage}")))
+            app.synth()  # cdk-nag errors fail the synth: every stage is deployed as it is configured
+            config = StageConfig.from_node(app.node)
+            synthesized[stage] = (
+                config,
+                {
+                    child.stack_name.removeprefix(f"Tollgate-{config.stage}-"): _template(child)
+                    for child in app.node.children
+                    if isinstance(child, cdk.Stack)
+                },
+            )
+        return synthesized[stage]
+
+    return synthesize
 
 
 @pytest.fixture(scope="session")

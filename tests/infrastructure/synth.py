@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,3 +63,8 @@ class Synthesized:
     validation_error: Exception | None
     # cdk.out/validation-report.json of that synth: violations, and suppressed ones with their reasons.
     validation_report: dict[str, Any]
+
+
+# A stage's synthesized templates as cdk.json configures it: its config and stack concern ("Data", "Worker",
+# ...) -> template. Called with the stage's name; each stage is synthesized once per session.
+StageTemplates = Callable[[str], tuple[StageConfig, dict[str, dict[str, Any]]]]

@@ -1,16 +1,14 @@
 """The low-idle shape, as cdk.json's dev stage configures it: no interface endpoints and no RDS Proxy, Aurora at
 0 ACU with auto-pause, workers that scale to zero and start on a waiting message, ticks far enough apart for
-the cluster to pause. Synthesized once here, with cdk-nag on; the session's synth checks the normal shape."""
+the cluster to pause. Synthesized once per session with cdk-nag on (stage_templates); the session's main synth
+checks the normal shape."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import aws_cdk as cdk
 import pytest
-from aws_cdk.assertions import Template as AssertionsTemplate
 
-from app import build_app
 from stacks.config import (
     IDLE_SESSION_TIMEOUT_SECONDS,
     RESUMING_DATABASE_WAIT_SECONDS,
@@ -18,6 +16,7 @@ from stacks.config import (
     StageConfig,
 )
 from tests.infrastructure.cfn import local_id, only, resources, subnet_groups, type_queues
+from tests.infrastructure.synth import StageTemplates
 
 pytestmark = pytest.mark.infrastructure
 
@@ -25,20 +24,9 @@ Template = dict[str, Any]
 
 
 @pytest.fixture(scope="module")
-def low_idle(tmp_path_factory: pytest.TempPathFactory) -> tuple[StageConfig, dict[str, Template]]:
+def low_idle(stage_templates: StageTemplates) -> tuple[StageConfig, dict[str, Template]]:
     """Dev as cdk.json has it; stack concern ("Data", "Worker", ...) -> template."""
-    context = {"stage": "dev", "layer_dir": str(tmp_path_factory.mktemp("layer"))}
-    app = build_app(context=context, outdir=str(tmp_path_factory.mktemp("cdk.out")))
-    app.synth()  # cdk-nag errors fail the synth: the low-idle shape needs no acknowledgement of its own
-    config = StageConfig.from_node(app.node)
-    templates = {
-        child.stack_name.removeprefix(f"Tollgate-{config.stage}-"): AssertionsTemplate.from_stack(
-            child
-        ).to_json()
-        for child in app.node.children
-        if isinstance(child, cdk.Stack)
-    }
-    return config, templates
+    return stage_templates("dev")
 
 
 def _all(templates: dict[str, Template], resource_type: str) -> list[dict[str, Any]]:
