@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import aws_cdk as cdk
-from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_events as events
 from aws_cdk import aws_logs as logs
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
@@ -792,13 +791,6 @@ class StageConfig(BaseModel):
         window plus ``batch_path.batch_settle_seconds`` (25 hours by default), as the worker computes it. An
         older batch is followed by no poller, and its jobs go back as their leases end."""
         return math.ceil(BatchConfig(settle_seconds=self.batch_path.batch_settle_seconds).lease_seconds)
-
-    @property
-    def lambda_subnet_type(self) -> ec2.SubnetType:
-        """Isolated when interface endpoints carry the Lambdas' AWS calls; behind NAT when there are none."""
-        if self.interface_endpoints:
-            return ec2.SubnetType.PRIVATE_ISOLATED
-        return ec2.SubnetType.PRIVATE_WITH_EGRESS
 
     def database_wait_environment(self) -> dict[str, str]:
         """DATABASE_WAIT_SECONDS for clients whose first connection may have to wait for a paused cluster to

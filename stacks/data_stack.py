@@ -25,6 +25,7 @@ from stacks.constructs.database_migrations import DatabaseMigrations
 from stacks.constructs.documents_access import ExportedDocumentsBucket
 from stacks.constructs.lambda_packaging import DependenciesLayer, function_code
 from stacks.constructs.nag import acknowledge
+from stacks.reach import INTERFACE_ENDPOINTS, interface_services
 from tollgate.scheduler.retention import ARCHIVE_PREFIX
 
 POSTGRES_ENGINE = rds.DatabaseClusterEngine.aurora_postgres(version=rds.AuroraPostgresEngineVersion.VER_17_9)
@@ -36,6 +37,10 @@ ADMIN_USER = "tollgate_admin"
 ISOLATED = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
 EGRESS = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
 HTTPS = ec2.Port.tcp(443)
+# Interface endpoints the declaration calls for that another stack creates, and why there.
+ENDPOINTS_OWNED_ELSEWHERE = {
+    "stepfunctions": "DeliveryStack: the dispatcher is all that is started, and its endpoint goes with it",
+}
 ROTATION_PERIOD = cdk.Duration.days(30)
 
 
@@ -151,14 +156,24 @@ class DataStack(cdk.Stack):
     def _interface_endpoints(self, proxy_security_group: ec2.SecurityGroup | None) -> None:
         """AWS APIs inside the VPC, for a stage whose Lambdas live in isolated subnets (interface_endpoints).
 
-        Endpoints admit our own security groups only, not the whole VPC CIDR.
+        One endpoint per service the entrypoints call (stacks.reach, from tollgate.core.reach), except those
+        another stack owns; the Lambdas in isolated subnets have no other route, and the NAT subnets' callers
+        (the worker, whose NAT route is for the LLM provider) reach them through private DNS too, with no NAT
+        data charge. Endpoints admit our own security groups only, not the whole VPC CIDR.
         """
-        self.secrets_manager_endpoint = self.vpc.add_interface_endpoint(
-            "SecretsManager",
-            service=ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER,
-            subnets=ISOLATED,
-            open=False,
-        )
+        self.application_endpoints = {
+            service: self.vpc.add_interface_endpoint(name, service=endpoint, subnets=ISOLATED, open=False)
+            for service, (name, endpoint) in INTERFACE_ENDPOINTS.items()
+            if service in interface_services(self.config) and service not in ENDPOINTS_OWNED_ELSEWHERE
+        }
+        for endpoint in self.application_endpoints.values():
+            endpoint.connections.allow_default_port_from(self.database_clients)
+        # The rotation function and RDS Proxy read the database secret as well as our own code.
+        self.secrets_manager_endpoint = self.application_endpoints["secretsmanager"]
+        for group in [self.migration_clients, *([proxy_security_group] if proxy_security_group else [])]:
+            self.secrets_manager_endpoint.connections.allow_default_port_from(group)
+        # What the platform calls for our code rather than the code itself: logs and traces from every
+        # client, and the worker's image (ECR's API and registry; the layers come through the S3 gateway).
         logs_endpoint = self.vpc.add_interface_endpoint(
             "CloudWatchLogs",
             service=ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
@@ -172,28 +187,15 @@ class DataStack(cdk.Stack):
             subnets=ISOLATED,
             open=False,
         )
-        # Application traffic to AWS stays in the VPC: the Lambdas have no other route, and the worker, whose
-        # NAT route is for the LLM provider, gets these through private DNS too (no NAT data charge). The
-        # worker pulls its image (ECR API and registry; the layers themselves come through the S3 gateway),
-        # the relay sends to the jobs queue and the worker consumes it, and the API Lambda nudges the relay
-        # through Lambda's API.
-        self.application_endpoints = {
-            name: self.vpc.add_interface_endpoint(name, service=service, subnets=ISOLATED, open=False)
-            for name, service in (
-                ("EcrApi", ec2.InterfaceVpcEndpointAwsService.ECR),
-                ("EcrDocker", ec2.InterfaceVpcEndpointAwsService.ECR_DOCKER),
-                ("Sqs", ec2.InterfaceVpcEndpointAwsService.SQS),
-                ("Lambda", ec2.InterfaceVpcEndpointAwsService.LAMBDA_),
-            )
-        }
-        for endpoint in self.application_endpoints.values():
-            endpoint.connections.allow_default_port_from(self.database_clients)
-        clients = [self.database_clients, self.migration_clients]
-        for group in [*clients, *([proxy_security_group] if proxy_security_group else [])]:
-            self.secrets_manager_endpoint.connections.allow_default_port_from(group)
-        for group in clients:
+        for group in (self.database_clients, self.migration_clients):
             logs_endpoint.connections.allow_default_port_from(group)
             xray_endpoint.connections.allow_default_port_from(group)
+        for name, service in (
+            ("EcrApi", ec2.InterfaceVpcEndpointAwsService.ECR),
+            ("EcrDocker", ec2.InterfaceVpcEndpointAwsService.ECR_DOCKER),
+        ):
+            endpoint = self.vpc.add_interface_endpoint(name, service=service, subnets=ISOLATED, open=False)
+            endpoint.connections.allow_default_port_from(self.database_clients)
 
     def _network(self) -> ec2.Vpc:
         """Isolated subnets for the database, the proxy, the endpoints and every Lambda; egress subnets behind

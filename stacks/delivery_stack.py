@@ -12,7 +12,6 @@ from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
@@ -22,6 +21,7 @@ from stacks.config import StageConfig, settings_environment
 from stacks.constructs.entrypoint_function import EntrypointFunction
 from stacks.constructs.lambda_packaging import DependenciesLayer, function_code, lambda_database_environment
 from stacks.constructs.nag import acknowledge
+from stacks.reach import interface_services
 from tollgate.delivery import DISPATCHER_DEFINITION
 from tollgate.delivery.ssrf import FIRST_UNPRIVILEGED_PORT, HTTPS_PORT
 
@@ -56,7 +56,9 @@ class DeliveryStack(cdk.Stack):
         self.state_machine = self._dispatcher(config)
         # Without interface endpoints (stage config) the relay and the API reach Step Functions through NAT.
         self.start_endpoint = (
-            self._start_endpoint(vpc, database_clients) if config.interface_endpoints else None
+            self._start_endpoint(vpc, database_clients)
+            if "stepfunctions" in interface_services(config)
+            else None
         )
 
         cdk.CfnOutput(self, "DispatcherArn", value=self.state_machine.state_machine_arn)
@@ -105,21 +107,8 @@ class DeliveryStack(cdk.Stack):
             # as a recorded failed attempt, never as a killed invocation that records nothing.
             timeout=cdk.Duration.seconds(config.webhook_attempt_timeout_seconds),
         )
-        self._place_in_egress_subnets(attempt.function, vpc)
         database_secret.grant_read(attempt.function)
         return attempt
-
-    @staticmethod
-    def _place_in_egress_subnets(function: lambda_.Function, vpc: ec2.IVpc) -> None:
-        """Behind NAT, unlike every other Tollgate Lambda: tenants' receivers are on the public internet.
-
-        EntrypointFunction places its function in the isolated subnets; it takes no subnet selection yet,
-        so the one subnet list is overridden here. Everything else (role, groups, tracing) stays its own.
-        """
-        cfn_function = function.node.default_child
-        assert isinstance(cfn_function, lambda_.CfnFunction)
-        egress = vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
-        cfn_function.add_property_override("VpcConfig.SubnetIds", egress.subnet_ids)
 
     def _dispatcher(self, config: StageConfig) -> sfn.StateMachine:
         # Vended-log prefix: Step Functions then needs one account-wide log resource policy for every log

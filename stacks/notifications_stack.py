@@ -18,7 +18,6 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
@@ -164,11 +163,8 @@ class NotificationsStack(cdk.Stack):
             timeout=NOTIFIER_TIMEOUT,
             **common,
         )
-        # Unlike the other Lambdas beside PostgreSQL, these two post to connections: the management API of a
-        # WebSocket API has no VPC endpoint (a private execute-api endpoint serves private REST APIs only),
-        # and the DynamoDB gateway endpoint is routed from the egress subnets alone.
-        for function in (self.route_handler.function, self.notifier.function):
-            place_in_egress_subnets(function, vpc)
+        # The route Lambda and the notifier run behind NAT (stacks.reach): they post to connections, whose
+        # management API has no VPC endpoint, and the DynamoDB gateway endpoint is routed from there alone.
 
         self._routes()
         self._grant(database_secret, notifications_queue)
@@ -302,12 +298,3 @@ class NotificationsStack(cdk.Stack):
 def route_id(route_key: str) -> str:
     """``$connect`` -> ``Connect``, ``subscribe`` -> ``Subscribe``: a route's part of construct ids."""
     return route_key.removeprefix("$").capitalize()
-
-
-def place_in_egress_subnets(function: lambda_.Function, vpc: ec2.IVpc) -> None:
-    """Behind NAT instead of the isolated subnets EntrypointFunction chooses (it takes no subnet selection);
-    everything else (role, groups, tracing) stays its own."""
-    cfn_function = function.node.default_child
-    assert isinstance(cfn_function, lambda_.CfnFunction)
-    egress = vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
-    cfn_function.add_property_override("VpcConfig.SubnetIds", egress.subnet_ids)

@@ -7,10 +7,10 @@ request's SigV4 signature and the caller's ``lambda:InvokeFunctionUrl`` permissi
 runs, and hands the function the caller's verified ARN, which is what the audit trail records. A plain
 ``lambda:Invoke`` would not tell the function who called.
 
-It runs behind NAT (the egress subnets) in every stage shape: tenant creation puts the tenant's key on the
-API's usage plan through API Gateway's management API, which no interface endpoint of the stage serves. The
-database, SQS, Secrets Manager and Step Functions it reaches as every other Lambda does (through the
-database clients' group and, where the stage has them, the interface endpoints).
+It runs behind NAT (the egress subnets) in every stage shape, as stacks.reach derives from what it calls:
+tenant creation puts the tenant's key on the API's usage plan through API Gateway's management API, which no
+interface endpoint serves. The database, SQS, Secrets Manager and Step Functions it reaches as every other
+Lambda does (through the database clients' group and, where the stage has them, the interface endpoints).
 """
 
 from __future__ import annotations
@@ -91,7 +91,6 @@ class OpsStack(cdk.Stack):
             timeout=OPS_TIMEOUT,
         )
         self.function = self.handler.function
-        self._place_in_egress_subnets(vpc)
 
         database_secret.grant_read(self.function)
         for pair in job_queues.values():
@@ -116,11 +115,3 @@ class OpsStack(cdk.Stack):
         cdk.CfnOutput(self, "OpsFunctionUrl", value=self.url.url)
         # What an operator's policy grants lambda:InvokeFunctionUrl on.
         cdk.CfnOutput(self, "OpsFunctionArn", value=self.function.function_arn)
-
-    def _place_in_egress_subnets(self, vpc: ec2.IVpc) -> None:
-        """Behind NAT: API Gateway's management API (tenants' usage-plan keys) has no route from the isolated
-        subnets. EntrypointFunction takes no subnet selection, so its one subnet list is overridden here."""
-        cfn_function = self.function.node.default_child
-        assert isinstance(cfn_function, lambda_.CfnFunction)
-        egress = vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
-        cfn_function.add_property_override("VpcConfig.SubnetIds", egress.subnet_ids)

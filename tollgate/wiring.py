@@ -15,7 +15,7 @@ from aws_lambda_powertools import Logger
 # (a quarter of a second of the API's import, measured in BENCHMARKS.md's cold-start section).
 from tollgate.accept.service import AcceptanceDeps, AcceptanceLimits
 from tollgate.api.deps import ApiDeps
-from tollgate.core.aws import lazy_client
+from tollgate.core.aws import aws_client, lazy_client
 from tollgate.core.clock import Clock, SystemClock, new_id
 from tollgate.core.documents import S3DocumentStore
 from tollgate.db import Database, build_database
@@ -80,13 +80,15 @@ def build_api(
 ) -> ApiDeps:
     """``webhook_resolver`` resolves endpoint hosts at registration; tests pass an in-memory DNS."""
     db = db or build_database(settings, pool_name="api")
-    store = S3DocumentStore(lazy_client("s3"), settings.documents_bucket)
+    store = S3DocumentStore(lazy_client("s3", "api"), settings.documents_bucket)
     if nudger is None:
-        nudger = _relay_nudger(settings.relay_function_name)
+        nudger = _relay_nudger(settings.relay_function_name, "api")
     clock = SystemClock()
     replays = (
         ReplayDeps(
-            db, clock, StepFunctionsStarter(lazy_client("stepfunctions"), settings.webhook_state_machine_arn)
+            db,
+            clock,
+            StepFunctionsStarter(lazy_client("stepfunctions", "api"), settings.webhook_state_machine_arn),
         )
         if settings.webhook_state_machine_arn
         else None
@@ -122,13 +124,11 @@ def build_authorizer(settings: AuthorizerSettings, db: Database | None = None) -
     return ApiKeyResolver(db, SystemClock(), settings.api_key_cache_ttl_seconds)
 
 
-def build_usage_plan(settings: TenantProvisioningSettings) -> UsagePlan:
+def build_usage_plan(settings: TenantProvisioningSettings, entrypoint: str | None = None) -> UsagePlan:
     """Tenants' usage keys go to the stage's usage plan; without one (local development) nowhere."""
     if settings.usage_plan_id is None:
         return NoUsagePlan()
-    import boto3
-
-    return ApiGatewayUsagePlan(boto3.client("apigateway"), settings.usage_plan_id)
+    return ApiGatewayUsagePlan(aws_client("apigateway", entrypoint=entrypoint), settings.usage_plan_id)
 
 
 def build_relay(
@@ -154,7 +154,7 @@ def build_relay(
     from tollgate.outbox.sqs import SqsFifoPublisher
 
     db = db or build_database(settings, pool_name="relay")
-    sqs = lazy_client("sqs")
+    sqs = lazy_client("sqs", "outbox_relay")
     job_queues = JobTypeQueues(
         {
             job_type: SqsFifoPublisher(sqs, url, settings.message_group_shards)
@@ -163,7 +163,9 @@ def build_relay(
     )
     if starter is None:
         starter = (
-            StepFunctionsStarter(lazy_client("stepfunctions"), settings.webhook_state_machine_arn)
+            StepFunctionsStarter(
+                lazy_client("stepfunctions", "outbox_relay"), settings.webhook_state_machine_arn
+            )
             if settings.webhook_state_machine_arn
             else NoDispatcher()
         )
@@ -176,7 +178,9 @@ def build_relay(
         # Confirmed only when both confirmed: a bus that is down keeps the event for the next run, whose
         # republish the webhook side absorbs (one delivery per event and endpoint).
         bus = EventBridgePublisher(
-            events_client or lazy_client("events"), settings.results_bus_name, settings.results_event_source
+            events_client or lazy_client("events", "outbox_relay"),
+            settings.results_bus_name,
+            settings.results_event_source,
         )
         outcomes = FanOutPublisher((("webhooks", webhooks), ("results bus", bus)))
         bus_only = bus
@@ -229,12 +233,14 @@ def build_scheduler(
         jitter=random.uniform,
         batch_size=settings.scheduler_batch_size,
         deliveries=(
-            StepFunctionsStarter(lazy_client("stepfunctions"), settings.webhook_state_machine_arn)
+            StepFunctionsStarter(
+                lazy_client("stepfunctions", "scheduler"), settings.webhook_state_machine_arn
+            )
             if settings.webhook_state_machine_arn
             else None
         ),
         delivery_stall=timedelta(seconds=settings.delivery_stall_seconds),
-        retention_store=S3RetentionStore(lazy_client("s3"), settings.documents_bucket),
+        retention_store=S3RetentionStore(lazy_client("s3", "scheduler"), settings.documents_bucket),
         retention=RetentionPolicy(
             default_days=settings.retention_default_days,
             outbox_days=settings.retention_outbox_days,
@@ -246,8 +252,8 @@ def build_scheduler(
     )
 
 
-def _relay_nudger(function_name: str | None) -> Nudger:
-    return LambdaNudger(lazy_client("lambda"), function_name) if function_name else NoNudge()
+def _relay_nudger(function_name: str | None, entrypoint: str) -> Nudger:
+    return LambdaNudger(lazy_client("lambda", entrypoint), function_name) if function_name else NoNudge()
 
 
 def build_execution(
@@ -275,7 +281,7 @@ def build_execution(
         llm = OpenAIExtractor(client, clock, settings.provider_structured_output)
     return ExecutionDeps(
         db=db,
-        documents=S3DocumentStore(lazy_client("s3"), settings.documents_bucket),
+        documents=S3DocumentStore(lazy_client("s3", "worker"), settings.documents_bucket),
         llm=llm,
         limiter=limiter or build_limiter(settings, clock),
         clock=clock,
@@ -289,7 +295,7 @@ def build_execution(
         lease_seconds=settings.lease_seconds,
         heartbeat_seconds=settings.heartbeat_seconds,
         max_output_tokens=settings.max_output_tokens,
-        nudger=nudger or _relay_nudger(settings.relay_function_name),
+        nudger=nudger or _relay_nudger(settings.relay_function_name, "worker"),
         metrics=metrics or RecordedMetrics(),
         system_monthly_budget_usd=settings.system_monthly_budget_usd,
     )
@@ -341,20 +347,21 @@ def build_notify(
     connections: ConnectionStore | None = None,
     sender: Sender | None = None,
     clock: Clock | None = None,
+    entrypoint: str = "notifier",
 ) -> NotifyDeps:
     """Live notifications: the connections table and API Gateway's management API of the WebSocket stage (the
-    local system passes its own store and sender)."""
+    local system passes its own store and sender), for the notifier or the WebSocket route Lambda."""
     from tollgate.notify.connections import DynamoDbConnections
     from tollgate.notify.sender import ApiGatewaySender
     from tollgate.notify.service import NotifyDeps
 
     if connections is None:
-        connections = DynamoDbConnections(lazy_client("dynamodb"), settings.connections_table)
+        connections = DynamoDbConnections(lazy_client("dynamodb", entrypoint), settings.connections_table)
     if sender is None:
-        import boto3
-
         sender = ApiGatewaySender(
-            boto3.client("apigatewaymanagementapi", endpoint_url=settings.websocket_endpoint)
+            aws_client(
+                "apigatewaymanagementapi", entrypoint=entrypoint, endpoint_url=settings.websocket_endpoint
+            )
         )
     return NotifyDeps(
         # The notifier's sweep runs every minute and needs PostgreSQL only while some client is connected (to
@@ -420,7 +427,7 @@ def build_ingress(settings: WorkerSettings, db: Database | None = None) -> tuple
     from tollgate.ingress.consumer import IngressDeps
 
     db = db or build_database(settings, pool_name="ingress")
-    sqs = lazy_client("sqs")
+    sqs = lazy_client("sqs", "worker")
     clock = SystemClock()
     return tuple(
         IngressDeps(
@@ -451,7 +458,11 @@ def _aws_session(aws: AwsEndpoint | None) -> boto3.session.Session:
 
 
 def build_support(
-    settings: SupportDatabaseSettings, actor: str | None = None, *, aws: AwsEndpoint | None = None
+    settings: SupportDatabaseSettings,
+    actor: str | None = None,
+    *,
+    aws: AwsEndpoint | None = None,
+    entrypoint: str | None = None,
 ) -> SupportDeps:
     """The support CLI's dependencies. With plain ``SupportDatabaseSettings`` there are no queue clients, so
     commands that only use the database need nothing else. ``aws`` points the clients somewhere other than
@@ -465,14 +476,19 @@ def build_support(
     sqs: SQSClient | None = None
     type_queues: dict[str, TypeQueues] = {}
     if isinstance(settings, SupportSettings):
-        sqs = session.client("sqs", endpoint_url=endpoint_url)
+        sqs = aws_client("sqs", entrypoint=entrypoint, session=session, endpoint_url=endpoint_url)
         type_queues = {
             job_type: TypeQueues(url, settings.job_dlq_urls[job_type])
             for job_type, url in settings.job_queue_urls.items()
         }
     arn = settings.webhook_state_machine_arn
     starter = (
-        StepFunctionsStarter(session.client("stepfunctions", endpoint_url=endpoint_url), arn) if arn else None
+        StepFunctionsStarter(
+            aws_client("stepfunctions", entrypoint=entrypoint, session=session, endpoint_url=endpoint_url),
+            arn,
+        )
+        if arn
+        else None
     )
     db = build_database(settings, pool_name="support")
     clock = SystemClock()
@@ -507,13 +523,15 @@ def build_ops(settings: OpsSettings, *, aws: AwsEndpoint | None = None) -> OpsDe
     Each request names its own caller, so the actor here is only a placeholder that is never written."""
     from tollgate.ops.service import OpsDeps
 
-    support = build_support(settings, "tollgate-ops", aws=aws)
+    support = build_support(settings, "tollgate-ops", aws=aws, entrypoint="ops")
     store = None
     if settings.documents_bucket:
-        client = _aws_session(aws).client("s3", endpoint_url=aws.url if aws else None)
+        client = aws_client(
+            "s3", entrypoint="ops", session=_aws_session(aws), endpoint_url=aws.url if aws else None
+        )
         store = S3DocumentStore(client, settings.documents_bucket)
     return OpsDeps(
         support=support,
         reviews=ReviewDeps(support.db, store, support.clock, support.new_id),
-        usage_plan=build_usage_plan(settings),
+        usage_plan=build_usage_plan(settings, "ops"),
     )

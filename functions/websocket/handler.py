@@ -14,7 +14,7 @@ from tollgate.wiring import build_notify
 
 logger = Logger(service="tollgate-websocket")
 
-deps = build_notify(NotificationSettings())  # type: ignore[call-arg]  # fields come from the environment
+deps = build_notify(NotificationSettings(), entrypoint="websocket")  # type: ignore[call-arg]  # from the environment
 
 
 @logger.inject_lambda_context

@@ -1,8 +1,8 @@
 """A Lambda for one ``functions/<name>/handler.py`` entrypoint, set up the way every Tollgate Lambda is.
 
-ARM64, the pinned Python runtime, the shared code asset and dependency layer, private isolated subnets (egress
-subnets in a stage without interface endpoints),
-X-Ray tracing, and a log group with the stage's retention.
+ARM64, the pinned Python runtime, the shared code asset and dependency layer, the subnets that reach what it
+calls (stacks.reach: isolated where interface endpoints serve every call, else behind NAT), X-Ray tracing,
+and a log group with the stage's retention.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from constructs import Construct
 from stacks.config import StageConfig
 from stacks.constructs.lambda_packaging import LAMBDA_ARCHITECTURE, LAMBDA_RUNTIME, lambda_handler
 from stacks.constructs.nag import acknowledge
+from stacks.reach import subnet_type
 
 METRICS_NAMESPACE = "Tollgate"
 
@@ -73,8 +74,8 @@ class EntrypointFunction(Construct):
             code=code,
             layers=[layer],
             vpc=vpc,
-            # Isolated, with interface endpoints for AWS; in a stage without them, behind NAT (config).
-            vpc_subnets=ec2.SubnetSelection(subnet_type=config.lambda_subnet_type),
+            # From what the entrypoint calls (tollgate.core.reach): isolated when endpoints serve all of it.
+            vpc_subnets=ec2.SubnetSelection(subnet_type=subnet_type(entrypoint, config)),
             security_groups=list(security_groups),
             environment={
                 "POWERTOOLS_SERVICE_NAME": service_name(entrypoint),

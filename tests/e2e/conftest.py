@@ -15,7 +15,7 @@ from tollgate_dev.simulator.server import Latency, SimulatorConfig
 def local_stack(fresh_database, tmp_path) -> Iterator[Callable[..., LocalStack]]:
     """Starts the local system (API, workers, relay, scheduler, moto, simulator, demo ERP) on a fresh,
     migrated database; the simulator has no quotas and answers at once unless told otherwise. Everything
-    started is stopped when the test ends."""
+    started is stopped when the test ends, and the test fails if an entrypoint made an undeclared AWS call."""
     from tollgate.db.migrations import apply_migrations
     from tollgate.settings import REPO_ROOT
 
@@ -40,3 +40,6 @@ def local_stack(fresh_database, tmp_path) -> Iterator[Callable[..., LocalStack]]
     yield start
     for local in started:
         local.stop()
+    # Raised where they were made too, but a caller that retries every error would hide one: every story
+    # proves its entrypoints call only what tollgate.core.reach declares (and so what they are granted).
+    assert [call for local in started for call in local.undeclared_calls] == []

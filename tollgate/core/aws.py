@@ -1,4 +1,5 @@
-"""boto3 clients made on first use, so an entrypoint's cold start does not pay for AWS calls it may not make.
+"""The one way entrypoints make boto3 clients: held to what the entrypoint declares it calls
+(tollgate.core.reach), and made on first use, so a cold start does not pay for AWS calls it may not make.
 
 Importing boto3 and building one client costs about half a second of a Lambda's cold start (botocore's
 modules, then the service model's JSON). The API only calls S3 for a large document and the Lambda API
@@ -14,15 +15,39 @@ from typing import Any
 _CREATING = threading.Lock()
 
 
+def aws_client(service_name: str, *, entrypoint: str | None, session: Any = None, **options: Any) -> Any:
+    """``session.client(service_name, **options)`` (boto3's default session without one), whose every call is
+    checked against ``entrypoint``'s declaration while ``tollgate.core.reach.enforce`` is on. ``entrypoint``
+    None is for clients no deployed role makes (the CLI under a person's credentials)."""
+    if session is None:
+        import boto3
+
+        session = boto3
+    client = session.client(service_name, **options)
+    if entrypoint is not None:
+        from tollgate.core.reach import check_call, reach_of
+
+        reach_of(entrypoint)  # an unknown name fails here, at wiring, not at the first call
+
+        def before_call(model: Any, **_: Any) -> None:
+            check_call(entrypoint, service_name, model.name)
+
+        # Registered on this client's own copy of the event system: other clients are not affected.
+        client.meta.events.register("before-call", before_call)
+    return client
+
+
 class LazyClient:
-    """Stands in for ``boto3.client(service_name)``; attribute access creates the client once, then forwards.
+    """Stands in for ``aws_client(service_name, entrypoint=...)``; attribute access creates the client once,
+    then forwards.
 
     The client is built from the environment as it is at that first use (region, endpoint, credentials),
     as a client built at import would have been in a Lambda, whose environment does not change.
     """
 
-    def __init__(self, service_name: str) -> None:
+    def __init__(self, service_name: str, entrypoint: str | None = None) -> None:
         self._service_name = service_name
+        self._entrypoint = entrypoint
         self._client: Any = None
 
     @property
@@ -34,9 +59,7 @@ class LazyClient:
         if client is None:
             with _CREATING:
                 if self._client is None:
-                    import boto3
-
-                    self._client = boto3.client(self._service_name)  # type: ignore[call-overload]
+                    self._client = aws_client(self._service_name, entrypoint=self._entrypoint)
                 client = self._client
         return client
 
@@ -48,9 +71,10 @@ class LazyClient:
         return f"LazyClient({self._service_name!r}, {state})"
 
 
-def lazy_client(service_name: str) -> Any:
-    """A client of ``service_name`` (``"s3"``, ``"lambda"``...) that imports boto3 and connects on first use.
+def lazy_client(service_name: str, entrypoint: str | None = None) -> Any:
+    """A client of ``service_name`` (``"s3"``, ``"lambda"``...) for ``entrypoint`` that imports boto3 and
+    connects on first use.
 
     Typed ``Any`` so it fits the typed client every adapter takes; it forwards every attribute.
     """
-    return LazyClient(service_name)
+    return LazyClient(service_name, entrypoint)

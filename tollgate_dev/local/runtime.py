@@ -10,6 +10,7 @@ import os
 import secrets
 import threading
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -20,6 +21,7 @@ import boto3
 from pydantic import SecretStr
 
 from tollgate.core.metrics import RecordedMetrics
+from tollgate.core.reach import enforce
 from tollgate.core.tiers import ServiceTier
 from tollgate.db import Database, build_database
 from tollgate.db.migrations import apply_migrations
@@ -163,6 +165,8 @@ class LocalStack:
     activity: threading.Condition = field(default_factory=threading.Condition)
     # Set by a Ctrl-C while starting: the start ends at its next step and what had started is stopped.
     cancelled: threading.Event = field(default_factory=threading.Event)
+    # Calls an entrypoint made that tollgate.core.reach does not declare for it (each also raised where made).
+    undeclared_calls: list[str] = field(default_factory=list)
     _closers: list[Any] = field(default_factory=list)
 
     def notify_activity(self) -> None:
@@ -200,6 +204,11 @@ class LocalStack:
     def start(self) -> LocalStack:
         """Starts every piece in order; each is registered to be stopped as soon as it runs, so ``stop``
         after a start that failed or was cancelled (StartCancelled) stops exactly what had started."""
+        # Every entrypoint's AWS calls are held to its declaration, which makes its grants, subnets and the
+        # stage's endpoints: a call it misses fails here rather than in a deployed stage.
+        enforcing = ExitStack()
+        self.undeclared_calls = enforcing.enter_context(enforce())
+        self._closers.append(enforcing.close)
         if not self.database_url:
             self.database_url, pg_handle = server_url(self.data_dir.resolve() / "pgdata")
             if pg_handle is not None:

@@ -38,10 +38,15 @@ def tier_shares(settings: LimiterSettings) -> TierShares:
 
 
 def limiter_client() -> DynamoDBClient:
-    import boto3
+    """The worker's client of the provider budget's table (only the worker takes budget)."""
     from botocore.config import Config
 
-    return boto3.client("dynamodb", config=Config(**LIMITER_CLIENT_CONFIG))
+    from tollgate.core.aws import aws_client
+
+    client: DynamoDBClient = aws_client(
+        "dynamodb", entrypoint="worker", config=Config(**LIMITER_CLIENT_CONFIG)
+    )
+    return client
 
 
 def build_limiter(settings: LimiterSettings, clock: Clock, dynamodb: DynamoDBClient | None = None) -> Limiter:
