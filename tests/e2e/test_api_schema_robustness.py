@@ -156,8 +156,9 @@ values = {json.dumps(account.delivery_ids)}
 expected-statuses = ["400", "401", "403", "404", "405", "409", "413", "415", "422", "429"]
 
 [phases.coverage]
-# A method that no resource declares is answered by API Gateway before any of our code runs; the local
-# stand-in's own answer to it (http.server's 501) says nothing about the API.
+# A method that no resource declares is answered by API Gateway before any of our code runs, and by the local
+# gateway alike: 404 not-found ("No such resource or method."), not the 405 this check asks for;
+# tests/e2e/test_deployed_routing_on_local_stack.py holds the gateway to that answer.
 unexpected-methods = []
 
 # Schema-valid requests that the API refuses by rules a schema cannot state; each refusal is documented.

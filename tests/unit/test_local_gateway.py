@@ -12,6 +12,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 
+from tollgate.api.surface import Operation
 from tollgate_dev.local.client import ApiClient
 from tollgate_dev.local.gateway import LocalGateway, RequestScopedResolver, build_event
 
@@ -37,6 +38,50 @@ def test_an_authorizer_failure_is_a_503_with_retry_after_and_the_api_is_not_call
     assert response.header("Content-Type") == "application/problem+json"
     assert response.json["type"].endswith("/dependency-unavailable")
     assert called == []
+
+
+SURFACE = (
+    Operation("/things/{thing_id}", "GET"),
+    Operation("/status", "GET", public="a health check reads it"),
+)
+
+
+def test_only_the_surfaces_operations_reach_the_authorizer_and_the_api():
+    authorized, called = [], []
+
+    def authorizer(token, arn):
+        authorized.append(arn)
+        return {"principalId": "key", "context": {"tenant_id": "t"}}
+
+    def api(event, context):
+        called.append(event)
+        return {"statusCode": 200, "headers": {}, "body": "ok"}
+
+    gateway = LocalGateway(api=api, authorizer=authorizer, port=0, surface=SURFACE)
+    gateway.start()
+    try:
+        client = ApiClient(gateway.url, "tg_some_key")
+        undeclared = [
+            client.request(method, path)
+            for method, path in (("POST", "/things/1"), ("GET", "/things"), ("GET", "/other"))
+        ]
+        thing = client.request("GET", "/things/t-1?verbose=1")
+        status = ApiClient(gateway.url).request("GET", "/status")
+    finally:
+        gateway.stop()
+
+    for response in undeclared:
+        assert response.status == 404
+        assert response.header("Content-Type") == "application/problem+json"
+        assert response.json["detail"] == "No such resource or method."
+    assert (thing.status, status.status) == (200, 200)
+    # The authorizer ran once, for the declared operation behind it; the public one needs no key.
+    assert len(authorized) == 1 and authorized[0].endswith("/GET/things/t-1")
+    first, second = called
+    assert (first["resource"], first["pathParameters"]) == ("/things/{thing_id}", {"thing_id": "t-1"})
+    assert first["queryStringParameters"] == {"verbose": "1"}
+    assert (second["resource"], second["pathParameters"]) == ("/status", None)
+    assert "authorizer" not in second["requestContext"]
 
 
 # A route gets the router it is registered on, and reads the request's event through it.
