@@ -76,9 +76,9 @@ GATEWAY_PROBLEMS = (
         detail='"The API key could not be checked just now; retry after the Retry-After interval."',
         retry_after=DEPENDENCY_RETRY_AFTER_SECONDS,
     ),
-    GatewayProblem("DEFAULT_4_XX", "client-error", "Request Rejected", None),
+    GatewayProblem("DEFAULT_4XX", "client-error", "Request Rejected", None),
     GatewayProblem(
-        "DEFAULT_5_XX",
+        "DEFAULT_5XX",
         "server-error",
         "Server Error",
         None,
