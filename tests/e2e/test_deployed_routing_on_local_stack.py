@@ -49,10 +49,14 @@ def test_an_erps_webhook_story_usage_and_attempts_walk_the_deployed_routes(local
     assert attempts.status == 200 and attempts.json["job_id"] == job_id
     assert len(attempts.json["attempts"]) == 1
 
-    deliveries = client.request("GET", f"/webhook-endpoints/{endpoint_id}/deliveries")
-    assert deliveries.status == 200
-    (delivery,) = deliveries.json["items"]
-    assert delivery["state"] == "delivered"
+    def delivered() -> list[dict]:
+        deliveries = client.request("GET", f"/webhook-endpoints/{endpoint_id}/deliveries")
+        assert deliveries.status == 200, deliveries.json
+        return [d for d in deliveries.json["items"] if d["state"] == "DELIVERED"]
+
+    # The attempt records the ERP's answer just after the ERP has it.
+    assert stack.wait_for(lambda: len(delivered()) == 1, timeout=PATIENCE_SECONDS)
+    (delivery,) = delivered()
 
     # A replay sends the same delivery again, with the same webhook-id: the ERP sees a duplicate.
     replayed = client.request(
