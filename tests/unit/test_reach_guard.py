@@ -7,8 +7,16 @@ from collections.abc import Iterator
 import pytest
 from moto import mock_aws
 
+from tollgate.core import reach
 from tollgate.core.aws import aws_client, lazy_client
 from tollgate.core.reach import ENTRYPOINTS, UndeclaredCall, enforce
+
+
+@pytest.fixture(autouse=True)
+def own_enforcement(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests open and close enforcement themselves: a local system another test of this process keeps
+    running (the integration suite's session stack) has its own block open, which must not count here."""
+    monkeypatch.setattr(reach, "_WATCHERS", [])
 
 
 @pytest.fixture
@@ -36,7 +44,7 @@ def test_a_declared_call_goes_through(aws: None) -> None:
 def test_a_call_the_declaration_misses_is_refused_and_recorded(aws: None) -> None:
     """Given the relay's SQS client, when it deletes a queue (the relay only sends), the call never leaves."""
     sqs = aws_client("sqs", entrypoint="outbox_relay")
-    url = sqs.create_queue(QueueName="jobs")["QueueUrl"]  # not enforced yet: the test's own setup
+    url = aws_client("sqs", entrypoint=None).create_queue(QueueName="jobs")["QueueUrl"]  # the test's setup
 
     with enforce() as undeclared, pytest.raises(UndeclaredCall, match="outbox_relay called sqs:DeleteQueue"):
         sqs.delete_queue(QueueUrl=url)
@@ -52,8 +60,9 @@ def test_the_planted_missing_declaration_of_the_relay_s_put_events_is_caught(
     needed for it), its publish is refused."""
     relay = ENTRYPOINTS["outbox_relay"]
     planted = type(relay)(tuple(c for c in relay.calls if c.service != "events"))
-    monkeypatch.setitem(ENTRYPOINTS, "outbox_relay", planted)
-    events = aws_client("events", entrypoint="outbox_relay")
+    # Under a name of its own, so a relay another test of this process runs keeps its declaration.
+    monkeypatch.setitem(ENTRYPOINTS, "planted_relay", planted)
+    events = aws_client("events", entrypoint="planted_relay")
 
     with enforce(), pytest.raises(UndeclaredCall):
         events.put_events(Entries=[{"Source": "s", "DetailType": "d", "Detail": "{}"}])
