@@ -125,3 +125,93 @@ def test_a_cursor_no_sequence_reaches_gets_an_error_on_a_connection_that_stays_o
     assert all("cursor" in m["detail"] for m in answers), [m["detail"] for m in answers]
     assert [m["type"] for m in replay] == ["subscribed", "job.state_changed", "job.state_changed"]
     assert replay[0]["cursor"] == 0 and changes(replay) == [1, 2]
+
+
+def flood(feed: Feed, api_key: str, subscribes: int) -> list[dict[str, Any]]:
+    """A connection that sends ``subscribes`` subscribes from cursor 0 at once; every message it got for them."""
+    with feed.open(api_key) as ws:
+        for _ in range(subscribes):
+            subscribe(ws, 0)
+        return receive_answers(ws, subscribes)
+
+
+def kinds(messages: list[dict[str, Any]]) -> dict[str, int]:
+    counted: dict[str, int] = {}
+    for message in messages:
+        counted[message["type"]] = counted.get(message["type"], 0) + 1
+    return counted
+
+
+def test_a_flood_of_subscribes_on_one_connection_replays_only_its_allowance_and_the_feed_goes_on_live(
+    feed, tenant, make_tenant
+):
+    jobs = submit(tenant, 4)  # sequence 1..4: each subscribe from cursor 0 would replay all four
+    other = make_tenant("other")
+    submit(other, 2)
+
+    with feed.open(tenant.api_key) as ws:
+        # When one connection sends a thousand subscribes from cursor 0 at once.
+        for _ in range(FLOOD):
+            subscribe(ws, 0)
+        flooded = receive_answers(ws, FLOOD)
+
+        # Then it got the replays of its allowance and, for every other subscribe, an error saying when to retry.
+        assert kinds(flooded) == {
+            "subscribed": PER_CONNECTION,
+            "job.state_changed": PER_CONNECTION * 4,
+            "error": FLOOD - PER_CONNECTION,
+        }
+        refused = [m for m in flooded if m["type"] == "error"]
+        assert {(m["status"], m["retry_after"]) for m in refused} == {(429, refused[0]["retry_after"])}
+        assert 1 <= refused[0]["retry_after"] <= WINDOW_SECONDS
+        assert f"subscribe again in {refused[0]['retry_after']} s" in refused[0]["detail"]
+
+        # And the connection stays open, its feed going on live: a new change reaches it as the notifier runs.
+        tenant.client.request("POST", f"/extraction-jobs/{jobs[0]}/cancel")  # sequence 5
+        notify_tenants(feed.deps, {tenant.tenant_id: 5})
+        assert changes(receive_changes(ws, until_sequence=5)) == [5]
+
+        # And once the retry time has passed, it replays again.
+        feed.clock.advance(refused[0]["retry_after"])
+        subscribe(ws, 0)
+        again = receive_changes(ws, until_sequence=5)
+        assert again[0]["type"] == "subscribed" and changes(again) == [1, 2, 3, 4, 5]
+
+    # Another tenant's replay is not touched by the flood.
+    with feed.open(other.api_key) as ws:
+        subscribe(ws, 0)
+        assert changes(receive_changes(ws, until_sequence=2)) == [1, 2]
+
+
+def test_a_flood_across_a_tenants_connections_replays_only_the_tenants_allowance_and_not_another_tenants(
+    feed, tenant, make_tenant
+):
+    submit(tenant, 4)
+    other = make_tenant("other")
+    submit(other, 2)
+    connections = 4  # each allowed PER_CONNECTION: together more than the tenant's PER_TENANT
+
+    # When the tenant's connections send a thousand subscribes from cursor 0 between them, all at once.
+    with ThreadPoolExecutor(max_workers=connections) as pool:
+        floods = list(
+            pool.map(lambda _: flood(feed, tenant.api_key, FLOOD // connections), range(connections))
+        )
+    flooded = [message for messages in floods for message in messages]
+
+    # Then the tenant got the replays of its allowance between them, and errors for the rest.
+    assert kinds(flooded) == {
+        "subscribed": PER_TENANT,
+        "job.state_changed": PER_TENANT * 4,
+        "error": FLOOD - PER_TENANT,
+    }
+    assert all(
+        len([m for m in messages if m["type"] == "subscribed"]) <= PER_CONNECTION for messages in floods
+    )
+    assert {m["status"] for m in flooded if m["type"] == "error"} == {429}
+
+    # And another tenant still replays in full, as often as its own allowance lets it.
+    with feed.open(other.api_key) as ws:
+        for _ in range(PER_CONNECTION):
+            subscribe(ws, 0)
+        replays = receive_answers(ws, PER_CONNECTION) + receive_changes(ws, until_sequence=2)
+    assert kinds(replays) == {"subscribed": PER_CONNECTION, "job.state_changed": PER_CONNECTION * 2}

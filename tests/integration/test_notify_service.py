@@ -20,6 +20,7 @@ from tollgate.core.clock import SystemClock
 from tollgate.notify.connections import InMemoryConnections
 from tollgate.notify.service import (
     NotifyDeps,
+    ReplayAllowance,
     TooManyConnections,
     catch_up,
     close_revoked,
@@ -74,6 +75,7 @@ def deps(system_db) -> NotifyDeps:
         max_connections_per_tenant=3,
         connection_ttl_seconds=3_600,
         key_check_seconds=60,
+        replay_allowance=ReplayAllowance(per_connection=1_000, per_tenant=1_000, seconds=60),
     )
 
 
@@ -195,7 +197,7 @@ def test_a_cursor_at_the_top_of_the_range_or_beyond_it_gets_an_error_and_the_fee
     # When the client asks for cursors no tenant's sequence reaches, or that are no cursor at all.
     cursors = ["9223372036854775807", "9223372036854775808", "1" + "0" * 30, "1" + "0" * 5_000, "-1", "2.5"]
     for cursor in cursors:
-        subscribe(deps, connection, '{"action": "subscribe", "cursor": %s}' % cursor)
+        subscribe(deps, connection, f'{{"action": "subscribe", "cursor": {cursor}}}')
     cancel(tenant, jobs[0])  # sequence 3
     notify_tenants(deps, {tenant.tenant_id: 3})
 

@@ -76,6 +76,15 @@ class ErrorMessage(ServerMessage):
     detail: str
 
 
+class TooManyReplays(ErrorMessage):
+    """A subscribe that would replay past the connection's or the tenant's allowance: nothing changed (a feed
+    the connection had goes on live); subscribe again after ``retry_after`` seconds."""
+
+    status: int = 429
+    title: str = "Too many replays"
+    retry_after: int
+
+
 class BadMessage(ValueError):
     """A client message that is not a valid subscribe; ``reply`` says why, for the client."""
 
