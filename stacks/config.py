@@ -208,12 +208,16 @@ Notifications = _settings_section(
         "max_connections_per_tenant",
         "connection_ttl_seconds",
         "key_check_seconds",
+        "replays_per_connection",
+        "replays_per_tenant",
+        "replay_allowance_seconds",
     ),
     base=NotificationsEdge,
 )
 """Live notifications (WebSocket API): the stage's throttle and the notifier's concurrency
-(``NotificationsEdge``), then the replay window, the per-tenant connection cap and the connection and key
-times, fields of ``NotificationSettings`` that both the route Lambda and the notifier get."""
+(``NotificationsEdge``), then the replay window, the per-tenant connection cap, the connection and key
+times and the replay allowances, fields of ``NotificationSettings`` that both the route Lambda and the
+notifier get."""
 
 
 # The window of the web ACL's rate rule (waf_rate_limit counts requests in it).

@@ -253,6 +253,25 @@ class NotificationSettings(SystemDatabaseSettings):
         description="How long a connection's API key is trusted before it is checked again: a revoked key's "
         "connections are closed within this time (the authorizer's cache time).",
     )
+    replays_per_connection: int = Field(
+        default=10,
+        ge=1,
+        description="Subscribes that replay (from a cursor behind the latest event) one connection may make "
+        "per REPLAY_ALLOWANCE_SECONDS; past it a subscribe gets a 429 error saying when to retry.",
+    )
+    replays_per_tenant: int = Field(
+        default=200,
+        ge=1,
+        description="Subscribes that replay all of a tenant's connections may make together per "
+        "REPLAY_ALLOWANCE_SECONDS; above MAX_CONNECTIONS_PER_TENANT, so every connection can resume at once "
+        "after a reconnect.",
+    )
+    replay_allowance_seconds: int = Field(
+        default=60,
+        ge=1,
+        le=86_400,
+        description="The window the replay allowances count in (fixed windows, from the epoch).",
+    )
 
 
 class JobQueueSettings(BaseSettings):

@@ -353,7 +353,7 @@ def build_notify(
     local system passes its own store and sender), for the notifier or the WebSocket route Lambda."""
     from tollgate.notify.connections import DynamoDbConnections
     from tollgate.notify.sender import ApiGatewaySender
-    from tollgate.notify.service import NotifyDeps
+    from tollgate.notify.service import NotifyDeps, ReplayAllowance
 
     if connections is None:
         connections = DynamoDbConnections(lazy_client("dynamodb", entrypoint), settings.connections_table)
@@ -375,6 +375,11 @@ def build_notify(
         max_connections_per_tenant=settings.max_connections_per_tenant,
         connection_ttl_seconds=settings.connection_ttl_seconds,
         key_check_seconds=settings.key_check_seconds,
+        replay_allowance=ReplayAllowance(
+            per_connection=settings.replays_per_connection,
+            per_tenant=settings.replays_per_tenant,
+            seconds=settings.replay_allowance_seconds,
+        ),
     )
 
 

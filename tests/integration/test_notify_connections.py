@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from uuid import uuid4
 
@@ -142,3 +143,48 @@ def test_connections_whose_key_is_due_for_a_check_are_found(store):
     assert [c.connection_id for c in store.key_check_due(before=300.0, limit=10)] == [stale.connection_id]
     store.mark_key_checked(stale.connection_id, 600.0)
     assert store.key_check_due(before=300.0, limit=10) == []
+
+
+WINDOW = 1_800_000_000  # a window's start, epoch seconds
+
+
+def test_a_connection_counts_its_replays_up_to_the_limit_in_each_window_and_only_while_it_exists(store):
+    item = connection()
+    store.put(item, EXPIRES)
+
+    assert [store.count_replay(item.connection_id, WINDOW, 3) for _ in range(5)] == [True] * 3 + [False] * 2
+    assert store.count_replay(item.connection_id, WINDOW + 60, 3), "a new window starts the count again"
+    assert not store.count_replay(item.connection_id, WINDOW, 3), "a clock behind never starts it again"
+    assert not store.count_replay("no-such-connection", WINDOW, 3)
+    assert store.get("no-such-connection") is None, "counting made no item of a gone connection"
+    store.put(item, EXPIRES)  # the same id connects again: a fresh connection with a fresh count
+    assert store.count_replay(item.connection_id, WINDOW + 60, 1)
+
+
+def test_a_tenants_replays_are_counted_together_apart_from_its_connections_and_other_tenants(store):
+    tenant, other = uuid4(), uuid4()
+    mine = connection(tenant, checked=100.0)
+    store.put(mine, EXPIRES)
+
+    counted = [store.count_tenant_replay(tenant, WINDOW, 2, WINDOW + 120) for _ in range(3)]
+    assert counted == [True, True, False]
+    assert store.count_tenant_replay(other, WINDOW, 2, WINDOW + 120), "another tenant has its own count"
+    assert store.count_tenant_replay(tenant, WINDOW + 60, 2, WINDOW + 180)
+    # The tenant's counter is no connection: not found by tenant, counted or due for a key check.
+    assert [c.connection_id for c in store.for_tenant(tenant)] == [mine.connection_id]
+    assert store.count_for_tenant(tenant, 10) == 1
+    assert [c.connection_id for c in store.key_check_due(before=300.0, limit=10)] == [mine.connection_id]
+
+
+def test_replays_counted_at_once_never_pass_the_limit(store):
+    tenant = uuid4()
+    item = connection(tenant)
+    store.put(item, EXPIRES)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        mine = list(pool.map(lambda _: store.count_replay(item.connection_id, WINDOW, 5), range(16)))
+        theirs = list(
+            pool.map(lambda _: store.count_tenant_replay(tenant, WINDOW, 5, WINDOW + 120), range(16))
+        )
+
+    assert mine.count(True) == 5 and theirs.count(True) == 5

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
@@ -19,6 +20,7 @@ from tollgate.core.clock import SystemClock
 from tollgate.notify.connections import InMemoryConnections
 from tollgate.notify.service import (
     NotifyDeps,
+    ReplayAllowance,
     TooManyConnections,
     catch_up,
     close_revoked,
@@ -73,6 +75,7 @@ def deps(system_db) -> NotifyDeps:
         max_connections_per_tenant=3,
         connection_ttl_seconds=3_600,
         key_check_seconds=60,
+        replay_allowance=ReplayAllowance(per_connection=1_000, per_tenant=1_000, seconds=60),
     )
 
 
@@ -181,6 +184,31 @@ def test_a_cursor_past_the_latest_event_or_a_bad_message_gets_an_error_and_chang
 
     assert deps.sender.kinds(connection) == ["error", "error"]
     assert not deps.connections.get(connection).subscribed
+
+
+def test_a_cursor_at_the_top_of_the_range_or_beyond_it_gets_an_error_and_the_feed_goes_on_unchanged(
+    deps, tenant
+):
+    jobs = submit(tenant, 2)
+    connection = open_connection(deps, tenant)
+    subscribe(deps, connection, json.dumps({"action": "subscribe", "cursor": 0}))
+    before = deps.connections.get(connection)
+
+    # When the client asks for cursors no tenant's sequence reaches, or that are no cursor at all.
+    cursors = ["9223372036854775807", "9223372036854775808", "1" + "0" * 30, "1" + "0" * 5_000, "-1", "2.5"]
+    for cursor in cursors:
+        subscribe(deps, connection, f'{{"action": "subscribe", "cursor": {cursor}}}')
+    cancel(tenant, jobs[0])  # sequence 3
+    notify_tenants(deps, {tenant.tenant_id: 3})
+
+    # Then each gets an error saying what is wrong with it, nothing is written, and the feed goes on.
+    replies = deps.sender.sent[connection]
+    errors = [m for m in replies if m["type"] == "error"]
+    assert [m["status"] for m in errors] == [400] * len(cursors)
+    assert "past the tenant's latest event (2)" in errors[0]["detail"], "2^63-1 is a cursor past the end"
+    assert all("cursor" in m["detail"] for m in errors), [m["detail"] for m in errors]
+    assert deps.connections.get(connection) == replace(before, last_seq=3)
+    assert deps.sender.changes(connection) == [1, 2, 3]
 
 
 def test_filters_narrow_what_is_sent_but_the_cursor_counts_every_event(deps, tenant):

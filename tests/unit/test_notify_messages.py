@@ -28,6 +28,10 @@ def test_a_subscribe_with_a_cursor_and_filters_is_read():
     )
 
 
+def test_the_last_bigint_is_still_a_cursor():
+    assert parse_client_message('{"action": "subscribe", "cursor": 9223372036854775807}').cursor == 2**63 - 1
+
+
 def test_a_subscribe_without_a_cursor_is_from_now_on():
     assert parse_client_message(b'{"action": "subscribe"}').cursor is None
 
@@ -42,6 +46,9 @@ def test_a_subscribe_without_a_cursor_is_from_now_on():
         ('{"action": "subscribe", "cursor": -1}', "cursor"),
         ('{"action": "subscribe", "cursor": "5"}', "cursor"),
         ('{"action": "subscribe", "cursor": true}', "cursor"),
+        ('{"action": "subscribe", "cursor": 2.5}', "cursor"),
+        ('{"action": "subscribe", "cursor": 9223372036854775808}', "cursor"),
+        ('{"action": "subscribe", "cursor": 1' + "0" * 5_000 + "}", "too large"),
         ('{"action": "subscribe", "job_ids": ["not-a-uuid"]}', "job_ids"),
         ('{"action": "subscribe", "extra": 1}', "extra"),
         ("[" * 100_000 + "]" * 100_000, "at most"),

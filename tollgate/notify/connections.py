@@ -1,7 +1,9 @@
 """Where WebSocket connections live: one DynamoDB item per connection (a TTL ends forgotten ones), found by
 tenant through an index. Besides who it is, an item keeps what the connection asked for (its filters) and how
 far its feed has gone (``last_seq``), and a short lease: the one sender that may post to it at a time, so its
-messages leave in sequence order whoever delivers them (the subscribe's replay, or the notifier)."""
+messages leave in sequence order whoever delivers them (the subscribe's replay, or the notifier). Replays are
+counted here too, per connection on its item and per tenant on an item of the tenant's own, in fixed windows:
+one conditional write each, whatever the tenant's connections or events."""
 
 from __future__ import annotations
 
@@ -21,6 +23,9 @@ CONNECTION_ID = "connection_id"
 TENANT_ID = "tenant_id"
 BY_TENANT_INDEX = "by_tenant"
 TTL_ATTRIBUTE = "expires_at"
+# A tenant's replay counter is an item of the table keyed apart from any connection id (API Gateway's have no
+# '#'). It has no tenant_id attribute, so the by_tenant index, which counts connections, never holds it.
+TENANT_REPLAYS_PREFIX = "tenant-replays#"
 
 
 class ConnectionStoreUnavailable(RuntimeError):
@@ -81,6 +86,16 @@ class ConnectionStore(Protocol):
 
     def release(self, connection_id: str, owner: str) -> None: ...
 
+    def count_replay(self, connection_id: str, window_start: int, limit: int) -> bool:
+        """Counts one replay of the connection in the allowance window that began at ``window_start`` (epoch
+        seconds); False, counting nothing, when it made ``limit`` in that window already, or is gone."""
+        ...
+
+    def count_tenant_replay(self, tenant_id: UUID, window_start: int, limit: int, expires_at: int) -> bool:
+        """The same for all of the tenant's connections together, on an item of its own that the TTL removes
+        at ``expires_at`` (after its window)."""
+        ...
+
     def mark_key_checked(self, connection_id: str, at: float) -> None: ...
 
     def key_check_due(self, before: float, limit: int) -> list[Connection]:
@@ -96,10 +111,12 @@ class InMemoryConnections:
         self._items: dict[
             str, tuple[Connection, int, str | None, int]
         ] = {}  # connection, expiry, owner, until
+        self._replays: dict[str, tuple[int, int]] = {}  # counter's id: its window's start, replays in it
 
     def put(self, connection: Connection, expires_at: int) -> None:
         with self._lock:
             self._items[connection.connection_id] = (connection, expires_at, None, 0)
+            self._replays.pop(connection.connection_id, None)
 
     def get(self, connection_id: str) -> Connection | None:
         with self._lock:
@@ -109,6 +126,7 @@ class InMemoryConnections:
     def delete(self, connection_id: str) -> None:
         with self._lock:
             self._items.pop(connection_id, None)
+            self._replays.pop(connection_id, None)
 
     def count_for_tenant(self, tenant_id: UUID, limit: int) -> int:
         return min(limit, sum(1 for c in self._snapshot() if c.tenant_id == tenant_id))
@@ -157,6 +175,25 @@ class InMemoryConnections:
             item = self._items.get(connection_id)
             if item is not None and item[2] == owner:
                 self._items[connection_id] = (item[0], item[1], None, 0)
+
+    def count_replay(self, connection_id: str, window_start: int, limit: int) -> bool:
+        with self._lock:
+            return connection_id in self._items and self._count(connection_id, window_start, limit)
+
+    def count_tenant_replay(self, tenant_id: UUID, window_start: int, limit: int, expires_at: int) -> bool:
+        with self._lock:
+            return self._count(f"{TENANT_REPLAYS_PREFIX}{tenant_id}", window_start, limit)
+
+    def _count(self, counter: str, window_start: int, limit: int) -> bool:
+        started, replays = self._replays.get(counter, (window_start, 0))
+        if started > window_start:
+            return False  # a later window began already: this caller's clock is behind, as DynamoDB's rule
+        if started < window_start:
+            replays = 0
+        if replays >= limit:
+            return False
+        self._replays[counter] = (window_start, replays + 1)
+        return True
 
     def mark_key_checked(self, connection_id: str, at: float) -> None:
         with self._lock:
@@ -299,6 +336,47 @@ class DynamoDbConnections:
             UpdateExpression="REMOVE lease_owner, lease_until",
             ConditionExpression="lease_owner = :me",
             ExpressionAttributeValues={":me": {"S": owner}},
+        )
+
+    def count_replay(self, connection_id: str, window_start: int, limit: int) -> bool:
+        return self._count_in_window(connection_id, window_start, limit)
+
+    def count_tenant_replay(self, tenant_id: UUID, window_start: int, limit: int, expires_at: int) -> bool:
+        return self._count_in_window(f"{TENANT_REPLAYS_PREFIX}{tenant_id}", window_start, limit, expires_at)
+
+    def _count_in_window(
+        self, item_id: str, window_start: int, limit: int, expires_at: int | None = None
+    ) -> bool:
+        """One more replay in the window under way while under the limit, or the first of a new window; each a
+        conditional write. Both refused: the window is full, or another subscribe began it between the two,
+        which one more try of the first tells apart. A window older than the one stored is refused (a clock
+        behind), never allowed to start the count again."""
+        window = {":w": {"N": str(window_start)}}
+        one_more = {
+            "UpdateExpression": "ADD replays :one",
+            "ConditionExpression": "replay_window = :w AND replays < :limit",
+            "ExpressionAttributeValues": {**window, ":one": {"N": "1"}, ":limit": {"N": str(limit)}},
+        }
+        new_window = "attribute_not_exists(replay_window) OR replay_window < :w"
+        if expires_at is None:  # a connection's count lives on its item, and only while it exists
+            first = {
+                "UpdateExpression": "SET replay_window = :w, replays = :one",
+                "ConditionExpression": f"attribute_exists(connection_id) AND ({new_window})",
+                "ExpressionAttributeValues": {**window, ":one": {"N": "1"}},
+            }
+        else:  # a tenant's item is made by its first replay and left to the TTL after its window
+            first = {
+                "UpdateExpression": f"SET replay_window = :w, replays = :one, {TTL_ATTRIBUTE} = :expires",
+                "ConditionExpression": new_window,
+                "ExpressionAttributeValues": {
+                    **window,
+                    ":one": {"N": "1"},
+                    ":expires": {"N": str(expires_at)},
+                },
+            }
+        return any(
+            self._conditional("update_item", TableName=self._table, Key=_key(item_id), **attempt)
+            for attempt in (one_more, first, one_more)
         )
 
     def mark_key_checked(self, connection_id: str, at: float) -> None:

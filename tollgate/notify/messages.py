@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 MAX_FILTER_JOB_IDS = 1_000
 MAX_FILTER_JOB_TYPES = 20
 MAX_CLIENT_MESSAGE_BYTES = 64 * 1024
+# A tenant's sequence is a PostgreSQL bigint: a larger cursor names no event and cannot even be queried.
+MAX_CURSOR = 2**63 - 1
 
 
 class Subscribe(BaseModel):
@@ -23,7 +25,7 @@ class Subscribe(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     action: Literal["subscribe"]
-    cursor: int | None = Field(default=None, ge=0)
+    cursor: int | None = Field(default=None, ge=0, le=MAX_CURSOR)
     job_ids: list[UUID] = Field(default_factory=list, max_length=MAX_FILTER_JOB_IDS)
     job_types: list[str] = Field(default_factory=list, max_length=MAX_FILTER_JOB_TYPES)
 
@@ -74,6 +76,15 @@ class ErrorMessage(ServerMessage):
     detail: str
 
 
+class TooManyReplays(ErrorMessage):
+    """A subscribe that would replay past the connection's or the tenant's allowance: nothing changed (a feed
+    the connection had goes on live); subscribe again after ``retry_after`` seconds."""
+
+    status: int = 429
+    title: str = "Too many replays"
+    retry_after: int
+
+
 class BadMessage(ValueError):
     """A client message that is not a valid subscribe; ``reply`` says why, for the client."""
 
@@ -91,7 +102,9 @@ def parse_client_message(raw: str | bytes | None) -> Subscribe:
     if len(data) > MAX_CLIENT_MESSAGE_BYTES:
         raise BadMessage(f"a message may be at most {MAX_CLIENT_MESSAGE_BYTES} bytes")
     try:
-        value = json.loads(data)
+        value = json.loads(data, parse_int=_bounded_int)
+    except BadMessage:
+        raise
     except (ValueError, RecursionError):
         raise BadMessage("the message is not JSON") from None
     if not isinstance(value, dict) or value.get("action") != "subscribe":
@@ -103,3 +116,11 @@ def parse_client_message(raw: str | bytes | None) -> Subscribe:
             f"{'.'.join(str(p) for p in e['loc']) or 'message'}: {e['msg']}" for e in error.errors()
         )
         raise BadMessage(problems[:500]) from None
+
+
+def _bounded_int(digits: str) -> int:
+    # Python refuses to read integers of more than 4,300 digits (a ValueError that would read "not JSON"):
+    # no number a client sends needs more than a cursor's 19, so a longer one is named for what it is.
+    if len(digits.lstrip("-")) > len(str(MAX_CURSOR)):
+        raise BadMessage(f"a number in the message is too large: a cursor is at most {MAX_CURSOR}")
+    return int(digits)

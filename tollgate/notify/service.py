@@ -7,10 +7,15 @@ repeated or out of order changes nothing but when a message goes out. One sender
 (a lease on its item) sends in sequence order and moves ``last_seq`` after each page, so a job's older
 state_version never follows a newer one. A sender that finds the lease taken leaves the work to its holder,
 which looks for newer events once more after it lets go: nothing committed before that look is left behind.
+
+A subscribe that replays is counted against the connection's allowance and then the tenant's (in that order,
+so a connection past its own does not use up its tenant's), kept with the connections: one client sending
+subscribes from cursor 0 in a loop gets a few replays a window, not one per message.
 """
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -29,6 +34,7 @@ from tollgate.notify.messages import (
     Resync,
     StateChanged,
     Subscribed,
+    TooManyReplays,
     parse_client_message,
 )
 from tollgate.notify.sender import Sender
@@ -47,6 +53,16 @@ PAGES_PER_ROUND = 10
 
 
 @dataclass(frozen=True)
+class ReplayAllowance:
+    """Subscribes that replay, per connection and per tenant (all its connections together), in fixed windows
+    of ``seconds``; a replay sends at most ``replay_max_events`` events."""
+
+    per_connection: int
+    per_tenant: int
+    seconds: int
+
+
+@dataclass(frozen=True)
 class NotifyDeps:
     db: Database
     connections: ConnectionStore
@@ -57,6 +73,7 @@ class NotifyDeps:
     max_connections_per_tenant: int
     connection_ttl_seconds: int
     key_check_seconds: int
+    replay_allowance: ReplayAllowance
     # Names this process as a lease holder; each delivery adds its own suffix.
     owner: str = "notify"
     new_owner: Callable[[], str] = lambda: uuid.uuid4().hex
@@ -116,6 +133,11 @@ def subscribe(deps: NotifyDeps, connection_id: str, raw: str | bytes | None) -> 
         start = latest
         if not _post(deps, connection_id, resync.encode()):
             return
+    elif start < latest:
+        refused = _refuse_replay(deps, connection)
+        if refused is not None:
+            _post(deps, connection_id, refused.encode())  # an earlier subscribe's feed goes on as it was
+            return
     if not _post(deps, connection_id, Subscribed(cursor=start, latest=latest).encode()):
         return
     deps.connections.subscribe(
@@ -126,6 +148,28 @@ def subscribe(deps: NotifyDeps, connection_id: str, raw: str | bytes | None) -> 
         _expiry(deps),
     )
     catch_up(deps, connection_id)
+
+
+def _refuse_replay(deps: NotifyDeps, connection: Connection) -> TooManyReplays | None:
+    """Counts a replay against the connection's allowance, then its tenant's; the error to send when one of
+    them is used up for this window (nothing counted on the tenant's then)."""
+    allowance = deps.replay_allowance
+    now = deps.clock.now().timestamp()
+    window_start = int(now // allowance.seconds) * allowance.seconds
+    retry_after = max(1, math.ceil(window_start + allowance.seconds - now))
+    if not deps.connections.count_replay(connection.connection_id, window_start, allowance.per_connection):
+        who = f"a connection may replay {allowance.per_connection} times"
+    elif not deps.connections.count_tenant_replay(
+        connection.tenant_id, window_start, allowance.per_tenant, window_start + 2 * allowance.seconds
+    ):
+        who = f"a tenant's connections may replay {allowance.per_tenant} times together"
+    else:
+        return None
+    return TooManyReplays(
+        detail=f"{who} every {allowance.seconds} s: subscribe again in {retry_after} s; nothing changed, and "
+        "a feed this connection had goes on live",
+        retry_after=retry_after,
+    )
 
 
 def notify_tenants(deps: NotifyDeps, latest: Mapping[UUID, int]) -> int:

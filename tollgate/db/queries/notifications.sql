@@ -17,14 +17,20 @@ LIMIT %(limit)s
 -- ``next_at`` when the event right after the cursor ``after_seq`` happened (NULL when it is not kept, or
 -- not yet written). A cursor c replays whole when c + 1 >= oldest; the replay window in hours is checked on
 -- ``next_at``: exact whatever the writers' clocks did to the order of occurred_at.
+-- No arithmetic on the cursor: any bigint is a cursor, and ``after_seq + 1`` overflows at the top of the
+-- range; the first kept event after it is found by the key, and kept only when it is the very next one.
 SELECT coalesce(s.last_seq, 0) AS latest,
        coalesce((
            SELECT e.seq FROM job_state_events e
            WHERE e.tenant_id = %(tenant_id)s
            ORDER BY e.seq
            LIMIT 1), coalesce(s.last_seq, 0) + 1) AS oldest,
-       (SELECT e.occurred_at FROM job_state_events e
-        WHERE e.tenant_id = %(tenant_id)s AND e.seq = %(after_seq)s + 1) AS next_at
+       (SELECT n.occurred_at FROM (
+            SELECT e.seq, e.occurred_at FROM job_state_events e
+            WHERE e.tenant_id = %(tenant_id)s AND e.seq > %(after_seq)s
+            ORDER BY e.seq
+            LIMIT 1) n
+        WHERE n.seq - 1 = %(after_seq)s) AS next_at
 FROM (SELECT 1) one
 LEFT JOIN tenant_event_sequences s ON s.tenant_id = %(tenant_id)s
 
