@@ -53,7 +53,8 @@ def timeline_lines(job: JobDetail) -> list[str]:
             add(line_at, "webhook", text)
     for entry in job.audit:
         add(entry.created_at, "support", f"{entry.actor} {entry.action} -> {entry.outcome}: {entry.reason}")
-    lines = [text for _, _, text in sorted(entries, key=lambda e: (e[0], e[1]))]
+    # Times as printed (to the millisecond) decide the order; within one printed time, the cause first.
+    lines = [text for _, _, text in sorted(entries, key=lambda e: (_when(e[0]), e[1]))]
     if timeline.missing_versions:
         missing = _versions(timeline.missing_versions)
         lines.insert(0, f"(no state change kept for version {missing}: they outlived the live feed's window)")
