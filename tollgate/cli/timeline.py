@@ -11,9 +11,9 @@ if TYPE_CHECKING:
     from tollgate.support.service import AttemptRecord, JobDetail
     from tollgate.support.timeline import DeliveryRecord
 
-# Of things recorded at the same instant, the cause first: an attempt's record commits with the state it
-# leads to, a state with the event a delivery carries.
-ORDER = {"attempt": 0, "escalated": 1, "state": 2, "review": 3, "webhook": 4, "support": 5}
+# Of things recorded at the same instant, the cause first: an attempt's record, a reviewer's decision or a
+# support action commits with the state it leads to, and a state comes before the delivery of its event.
+ORDER = {"attempt": 0, "escalated": 1, "review": 1, "support": 1, "state": 2, "webhook": 3}
 
 
 def timeline_lines(job: JobDetail) -> list[str]:
