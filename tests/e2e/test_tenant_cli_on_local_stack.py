@@ -206,14 +206,15 @@ def test_submit_wait_follows_the_invoice_to_succeeded_and_jobs_show_prints_its_t
     assert shown.returncode == 0, shown.stderr
     timeline = shown.stdout[shown.stdout.index("\ntimeline") :].splitlines()[2:]
     kinds = [line.split()[2] for line in timeline]
-    assert kinds[:4] == ["state", "state", "attempt", "state"], shown.stdout
+    assert kinds == ["state", "state", "attempt", "state", "webhook", "webhook"], shown.stdout
     assert [line.split()[3] for line in timeline if line.split()[2] == "state"] == [
         "READY",
         "RUNNING",
         "SUCCEEDED",
     ]
     (attempt,) = (line for line in timeline if line.split()[2] == "attempt")
-    assert "#1 ok: model " in attempt and " tokens " in attempt and " USD" in attempt, attempt
+    assert "#1 ok at " in attempt and ": model " in attempt and " tokens " in attempt, attempt
+    assert " in / " in attempt and " USD" in attempt, attempt
     webhook = [line for line in timeline if line.split()[2] == "webhook"]
     assert "extraction.completed.v1 to " + f"{stack.erp.url}/acme" in webhook[0], shown.stdout
     assert "DELIVERED" in webhook[0]

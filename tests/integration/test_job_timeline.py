@@ -75,16 +75,16 @@ def test_the_timeline_shows_the_escalation_the_second_attempt_and_the_review_in_
 
     kinds = [line.split()[2] for line in timeline_lines(job)]
     assert kinds == [
-        "state",
-        "state",
-        "attempt",
+        "state",  # READY
+        "state",  # RUNNING
+        "attempt",  # the small model's, at its start
         "escalated",
-        "state",
-        "state",
-        "attempt",
-        "state",
-        "review",
-        "state",
+        "state",  # RETRY_SCHEDULED
+        "state",  # RUNNING
+        "attempt",  # the large model's
+        "state",  # REVIEW_REQUIRED
+        "review",  # the decision, before the state it led to
+        "state",  # REJECTED
     ]
     # What the operations function sends back is the same detail, timeline included.
     assert type(job).model_validate(json.loads(job.model_dump_json())) == job

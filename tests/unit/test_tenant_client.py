@@ -155,15 +155,18 @@ def test_wait_gives_up_at_its_timeout_with_the_last_state_known():
     assert sum(clock.slept) <= 10
 
 
-def test_the_timeline_puts_the_attempt_before_the_state_it_led_to_and_says_what_is_no_longer_kept():
+def test_the_timeline_puts_an_attempt_after_the_change_that_started_it_and_says_what_is_no_longer_kept():
+    # The claim's time, which the RUNNING change and the attempt's start share; the attempt's record is
+    # written a moment after the state it ended in.
     at = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
-    later = datetime(2026, 3, 1, 12, 0, 0, 123999, tzinfo=UTC)  # the same printed millisecond
+    ended = datetime(2026, 3, 1, 12, 0, 0, 123900, tzinfo=UTC)
+    recorded = datetime(2026, 3, 1, 12, 0, 0, 123999, tzinfo=UTC)
     attempt = AttemptRecord(
         attempt=1,
         fence=1,
         worker_id="w1",
         started_at=at,
-        finished_at=later,
+        finished_at=recorded,
         outcome="ok",
         model="m",
         input_tokens=10,
@@ -186,15 +189,18 @@ def test_the_timeline_puts_the_attempt_before_the_state_it_led_to_and_says_what_
         max_attempts=3,
         deadline_at=at,
         created_at=at,
-        finished_at=later,
+        finished_at=ended,
         last_error=None,
         policy_version="validation.v3",
         review_reasons=[],
         attempts=[attempt],
         audit=[],
         timeline=JobTimeline(
-            state_changes=[StateChange(sequence=9, state="SUCCEEDED", state_version=3, occurred_at=at)],
-            missing_versions=[1, 2],
+            state_changes=[
+                StateChange(sequence=8, state="RUNNING", state_version=2, occurred_at=at),
+                StateChange(sequence=9, state="SUCCEEDED", state_version=3, occurred_at=ended),
+            ],
+            missing_versions=[1],
             escalations=[],
             review=None,
             deliveries=[],
@@ -203,6 +209,10 @@ def test_the_timeline_puts_the_attempt_before_the_state_it_led_to_and_says_what_
 
     lines = timeline_lines(job)
 
-    assert lines[0] == "(no state change kept for version 1 to 2: they outlived the live feed's window)"
-    assert [line.split()[2] for line in lines[1:]] == ["attempt", "state"]
-    assert "tokens 10 in / 5 out, 0.000100 USD" in lines[1]
+    assert lines[0] == "(no state change kept for version 1: they outlived the live feed's window)"
+    assert [line.split()[2:4] for line in lines[1:]] == [
+        ["state", "RUNNING"],
+        ["attempt", "#1"],
+        ["state", "SUCCEEDED"],
+    ]
+    assert "#1 ok at 12:00:00.123Z: model m, tokens 10 in / 5 out, 0.000100 USD, 3 ms" in lines[2]

@@ -11,9 +11,11 @@ if TYPE_CHECKING:
     from tollgate.support.service import AttemptRecord, JobDetail
     from tollgate.support.timeline import DeliveryRecord
 
-# Of things recorded at the same instant, the cause first: an attempt's record, a reviewer's decision or a
-# support action commits with the state it leads to, and a state comes before the delivery of its event.
-ORDER = {"attempt": 0, "escalated": 1, "review": 1, "support": 1, "state": 2, "webhook": 3}
+# Each line is placed at a time its use case wrote together with a state change, so the order holds however
+# close together things happen: an attempt at its start (the claim's time, which its RUNNING change has too)
+# with how it ended, a reviewer's decision at the time of the state it decided. Of things at the same instant,
+# the cause comes first: the decision before the state it led to, the RUNNING change before its attempt.
+ORDER = {"review": 0, "support": 0, "state": 1, "attempt": 2, "escalated": 3, "webhook": 4}
 
 
 def timeline_lines(job: JobDetail) -> list[str]:
@@ -32,12 +34,13 @@ def timeline_lines(job: JobDetail) -> list[str]:
         text = f"{change.state} (version {change.state_version}, #{change.sequence})"
         add(change.occurred_at, "state", text)
     for attempt in job.attempts:
-        add(attempt.finished_at or attempt.started_at, "attempt", _attempt(attempt))
+        add(attempt.started_at, "attempt", _attempt(attempt))
+    started = {attempt.attempt: attempt.started_at for attempt in job.attempts}
     for escalation in timeline.escalations:
         codes = ", ".join(str(r.get("code", "?")) for r in escalation.reasons) or "no reasons recorded"
         to = escalation.to_model or "the large model"
         add(
-            escalation.at,
+            started.get(escalation.attempt, escalation.at),
             "escalated",
             f"#{escalation.attempt} {escalation.from_model or '-'} broke {codes}: retried on {to}",
         )
@@ -53,8 +56,7 @@ def timeline_lines(job: JobDetail) -> list[str]:
             add(line_at, "webhook", text)
     for entry in job.audit:
         add(entry.created_at, "support", f"{entry.actor} {entry.action} -> {entry.outcome}: {entry.reason}")
-    # Times as printed (to the millisecond) decide the order; within one printed time, the cause first.
-    lines = [text for _, _, text in sorted(entries, key=lambda e: (_when(e[0]), e[1]))]
+    lines = [text for _, _, text in sorted(entries, key=lambda e: (e[0], e[1]))]
     if timeline.missing_versions:
         missing = _versions(timeline.missing_versions)
         lines.insert(0, f"(no state change kept for version {missing}: they outlived the live feed's window)")
@@ -69,12 +71,12 @@ def print_timeline(job: JobDetail, line: Callable[[str], None]) -> None:
 
 def _attempt(a: AttemptRecord) -> str:
     if a.finished_at is None:
-        return f"#{a.attempt} running on {a.worker_id} since {_when(a.started_at)}, model {a.model or '-'}"
+        return f"#{a.attempt} started on {a.worker_id}, still running"
     cost = f"{a.cost_usd} USD" if a.cost_usd is not None else "no cost"
     return (
-        f"#{a.attempt} {a.outcome or '?'}: model {a.model or '-'}, tokens {_n(a.input_tokens)} in / "
-        f"{_n(a.output_tokens)} out, {cost}, {_n(a.latency_ms)} ms, on {a.worker_id}, provider request "
-        f"{a.provider_request_id or '-'}"
+        f"#{a.attempt} {a.outcome or '?'} at {_when(a.finished_at)[11:]}: model {a.model or '-'}, tokens "
+        f"{_n(a.input_tokens)} in / {_n(a.output_tokens)} out, {cost}, {_n(a.latency_ms)} ms, on "
+        f"{a.worker_id}, provider request {a.provider_request_id or '-'}"
     )
 
 
