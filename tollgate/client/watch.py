@@ -93,6 +93,10 @@ class JobWatch:
                         self._handle(json.loads(raw))
                         if self.finished or self._closed:
                             return
+                # Closed by the server without an error (it went away): counted like a drop, so a server
+                # that keeps closing at once is not asked again without a pause.
+                failures += 1
+                self._give_up_after(failures, "the feed closed the connection")
             except InvalidStatus as refused:
                 status = refused.response.status_code
                 if status in {401, 403}:
