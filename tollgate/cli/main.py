@@ -24,6 +24,7 @@ from tollgate.cli.remote import Target, choose, command, remote
 from tollgate.cli.remote import target as remote_stage_chosen
 from tollgate.cli.reviews import reviews_app
 from tollgate.cli.support import deliveries_app, dlq_app, jobs_app
+from tollgate.cli.tenant import register as register_tenant_commands
 from tollgate.settings import MIGRATIONS_DIR, REPO_ROOT, DatabaseSettings
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ app.add_typer(jobs_app, name="jobs")
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(deliveries_app, name="deliveries")
 app.add_typer(reviews_app, name="reviews")
+register_tenant_commands(app, jobs_app)
 
 console = Console()
 R = TypeVar("R", bound=BaseModel)

@@ -257,7 +257,10 @@ def _print_job(job: JobDetail) -> None:
 def jobs_show(
     job_id: UUID, output: OutputOption = Output.TABLE, data_dir: DataDir = DEFAULT_DATA_DIR
 ) -> None:
-    """A job, its tenant and review reasons, every attempt it made, and what support did to it."""
+    """A job, its tenant and review reasons, every attempt it made, what support did to it, and its timeline:
+    state changes, attempts (model, tokens, cost, outcome), escalations, the review decision and webhook
+    deliveries with their attempts, in the order they happened."""
+    from tollgate.cli.timeline import print_timeline
     from tollgate.support.service import JobDetail, show_job
 
     shown = _in_stage(ops.ShowJob, JobDetail, job_id=job_id)
@@ -270,6 +273,7 @@ def jobs_show(
         _json(job)
     else:
         _print_job(job)
+        print_timeline(job, _line)
 
 
 @jobs_app.command("retry")

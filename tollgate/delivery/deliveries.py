@@ -19,7 +19,7 @@ from tollgate.core.clock import Clock
 from tollgate.core.errors import NotFound
 from tollgate.db import Database
 from tollgate.delivery.states import DeliveryState, checked_transition
-from tollgate.events import webhook_body
+from tollgate.events import UnknownEventType, webhook_body
 from tollgate.outbox.relay import OutboxEvent
 
 if TYPE_CHECKING:
@@ -50,6 +50,15 @@ def render_body(event: OutboxEvent) -> str:
     """The exact body tenants receive, built once and stored: every attempt sends the same bytes. The
     events module builds it from the payload's model, so it is what the committed webhook schema says."""
     return webhook_body(event.event_type, event.payload, event.created_at)
+
+
+def _job_of(event: OutboxEvent) -> UUID | None:
+    """The job an event is about, kept on its deliveries so a job's timeline finds them; None for an event
+    about a tenant as a whole."""
+    try:
+        return event.job_data().job_id
+    except UnknownEventType:
+        return None
 
 
 class DeliveryStarter(Protocol):
@@ -100,6 +109,7 @@ class WebhookDispatcher:
     def _fan_out(self, event: OutboxEvent) -> list[tuple[UUID, int, int]]:
         q = self.db.q
         body = render_body(event)
+        job_id = _job_of(event)
         with self.db.transaction() as conn:
             endpoints = conn.execute(
                 q.subscribed_endpoints, {"tenant_id": event.tenant_id, "event_type": event.event_type}
@@ -115,6 +125,7 @@ class WebhookDispatcher:
                         "event_type": event.event_type,
                         "body": body,
                         "trace_context": event.trace_context,
+                        "job_id": job_id,
                     },
                 )
             rows = conn.execute(q.deliveries_for_event, {"event_id": event.event_id}).fetchall()

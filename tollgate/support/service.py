@@ -37,6 +37,7 @@ from tollgate.delivery.deliveries import (
 from tollgate.events import ExtractionRequested, UnknownEventType, outbox_row
 from tollgate.outbox.relay import OutboxEvent
 from tollgate.support.configuration import NotConfigured
+from tollgate.support.timeline import JobTimeline, read_timeline
 from tollgate.tenants.suppliers import find_tenant
 
 if TYPE_CHECKING:
@@ -600,6 +601,8 @@ class JobDetail(BaseModel):
     review_reasons: list[dict[str, Any]]
     attempts: list[AttemptRecord]
     audit: list[AuditEntry]
+    # None only from an operations function deployed before there was a timeline.
+    timeline: JobTimeline | None = None
 
 
 def list_jobs(db: Database, *, state: JobState | None, tenant: str | None, limit: int) -> list[JobSummary]:
@@ -614,14 +617,19 @@ def list_jobs(db: Database, *, state: JobState | None, tenant: str | None, limit
 
 
 def show_job(db: Database, job_id: UUID) -> JobDetail:
-    """A job with its tenant, review reasons, every attempt and what support did to it."""
+    """A job with its tenant, review reasons, every attempt, what support did to it, and its timeline: state
+    changes, escalations, the review decision and webhook deliveries. Every read is by the job's id."""
     with db.transaction() as conn:
         job = conn.execute(db.q.support_show_job, {"job_id": job_id}).fetchone()
         if job is None:
             raise NotFound(f"no job {job_id}")
-        attempts = conn.execute(db.q.support_job_attempts, {"job_id": job_id}).fetchall()
+        attempts = [
+            AttemptRecord.model_validate(row)
+            for row in conn.execute(db.q.support_job_attempts, {"job_id": job_id}).fetchall()
+        ]
         trail = conn.execute(db.q.audit_for_target, {"target": str(job_id)}).fetchall()
-    return JobDetail.model_validate({**job, "attempts": attempts, "audit": trail})
+        timeline = read_timeline(db, conn, job_id, job["state_version"], attempts)
+    return JobDetail.model_validate({**job, "attempts": attempts, "audit": trail, "timeline": timeline})
 
 
 def list_tenant_deliveries(db: Database, tenant: str, endpoint_id: UUID, limit: int) -> DeliveryList:

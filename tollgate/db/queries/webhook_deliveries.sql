@@ -3,9 +3,11 @@
 -- replays run tenant-scoped (tollgate_app).
 
 -- name: insert_delivery
-INSERT INTO webhook_deliveries (delivery_id, tenant_id, endpoint_id, event_id, event_type, body, trace_context)
+-- job_id: the job the event is about (NULL for none), so a job's timeline finds its deliveries by index.
+INSERT INTO webhook_deliveries
+    (delivery_id, tenant_id, endpoint_id, event_id, event_type, body, trace_context, job_id)
 VALUES (%(delivery_id)s, %(tenant_id)s, %(endpoint_id)s, %(event_id)s, %(event_type)s, %(body)s,
-        %(trace_context)s)
+        %(trace_context)s, %(job_id)s)
 ON CONFLICT (event_id, endpoint_id) DO NOTHING
 
 -- name: deliveries_for_event
