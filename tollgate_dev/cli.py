@@ -149,13 +149,23 @@ def local_demo(
     jobs_per_tenant: Annotated[int, typer.Option(min=1, max=500)] = 100,
     data_dir: Annotated[
         Path,
-        typer.Option(help="The demo's own folder: its embedded PostgreSQL (no DATABASE_URL) and its log."),
+        typer.Option(
+            help="The demo's own folder: its embedded PostgreSQL (no DATABASE_URL), its log, its live feed."
+        ),
     ] = Path(".tollgate/demo"),
+    keep: Annotated[
+        bool,
+        typer.Option(
+            "--keep",
+            help="Keep the demo's data (in the database `tollgate local up --data-dir` on the same folder "
+            "serves; on DATABASE_URL's server, a database of its own) and say how to explore it.",
+        ),
+    ] = False,
 ) -> None:
     """Start the system, drive it as tenants would, check every answer, stop. Exit 1 on any surprise."""
     from tollgate_dev.local.demo import run_local_demo
 
-    report = run_local_demo(jobs_per_tenant, data_dir, console)
+    report = run_local_demo(jobs_per_tenant, data_dir, console, keep=keep)
     if not report.ok:
         raise typer.Exit(1)
 
