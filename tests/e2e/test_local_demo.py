@@ -135,7 +135,7 @@ def test_the_demo_keeps_to_its_own_folder_shows_progress_only_and_prints_the_rea
         # The live feed went to its file, a line per state change; the terminal only counts its messages.
         feed = demo / "live-feed.log"
         assert f"The live feed is in {feed.relative_to(tmp_path)}." in result.stdout
-        watched = re.search(r"live feed\s+(\d+) messages for (\S+)", result.stdout)
+        watched = re.search(r"live feed\s+(\d+) messages so far \((\S+)\)", result.stdout)
         feed_lines = feed.read_text(encoding="utf-8").splitlines()
         assert watched and feed_lines and all(line.startswith(watched.group(2)) for line in feed_lines)
         assert not any(
@@ -150,7 +150,7 @@ def test_the_demo_keeps_to_its_own_folder_shows_progress_only_and_prints_the_rea
             tenant = watched.group(2)
             suffix = tenant.rsplit("-", 1)[1]
             # Kept where `tollgate local up --data-dir .tollgate/demo` serves it, and the demo says so.
-            assert "Done. The demo's data is kept. To explore it:" in result.stdout
+            assert "Done. The demo's data is kept. To explore it, serve it in one terminal:" in result.stdout
             assert "tollgate local up --data-dir .tollgate/demo" in result.stdout
             assert "tollgate reviews list --data-dir .tollgate/demo" in result.stdout
             accepted = int(re.search(r"(\d+) jobs accepted", result.stdout).group(1))

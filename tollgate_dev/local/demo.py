@@ -236,7 +236,8 @@ class LiveFeedView:
 
     def summary(self) -> str:
         """The feed in one line, for under the bars."""
-        return f"{'live feed':>16} {self.messages} messages for {self.tenant}"
+        # "so far": the bars stop once every job is final, a moment before the feed has told the last of it.
+        return f"{'live feed':>16} {self.messages} messages so far ({self.tenant})"
 
     def saw_every_end(self, ends: dict[str, str], timeout: float) -> bool:
         """Waits until the feed's last state of every job is where the job ended."""
@@ -320,7 +321,7 @@ def run_local_demo(
         elif embedded:
             data = f"the database of the server {database.server}, kept (--keep)"
         else:
-            data = f"a database of its own {database.server} ({database.name}), kept (--keep)"
+            data = f"{database.name} {database.server}, kept (--keep)"
         console.print(f"Data: {data}.", highlight=False)
         console.print(f"Logs: {log_path} (the terminal shows progress only).", highlight=False)
         logger.info("demo database created", extra={"database": database.name, "kept": keep})
@@ -361,21 +362,20 @@ def _say_how_to_explore(console: Console, data_dir: Path, database_url: str | No
     """The commands that serve what the demo kept and show the review queue it filled. ``database_url``:
     the kept database on DATABASE_URL's server, None for the embedded server's in ``data_dir``."""
     tollgate = _tollgate()
-    lines = []
     if database_url is None:
         # The support commands find the embedded server through the discovery file `local up` writes.
-        lines.append(f"{tollgate} local up --data-dir {data_dir}    # serves it; then, in a second terminal:")
+        first = ("serve it in one terminal:", f"{tollgate} local up --data-dir {data_dir}")
+        then = "and in a second one see the review queue it filled, and every job:"
         where = f" --data-dir {data_dir}"
     else:
-        lines.append(f"export DATABASE_URL='{without_password(database_url)}'    # `local up` serves it too")
+        first = ("point DATABASE_URL at it:", f"export DATABASE_URL='{without_password(database_url)}'")
+        then = "and see the review queue it filled, and every job:"
         where = ""
-    lines += [
-        f"{tollgate} reviews list{where}    # the review queue the demo filled",
-        f"{tollgate} jobs list{where}    # every job it ran",
-    ]
-    console.print("[bold]Done. The demo's data is kept.[/bold] To explore it:")
-    for line in lines:
-        console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
+    console.print(f"[bold]Done. The demo's data is kept.[/bold] To explore it, {first[0]}")
+    console.print(f"  {first[1]}", highlight=False, soft_wrap=True, markup=False)
+    console.print(then, highlight=False, markup=False)
+    for command in ("reviews list", "jobs list"):
+        console.print(f"  {tollgate} {command}{where}", highlight=False, soft_wrap=True, markup=False)
 
 
 def run_demo(stack: LocalStack, jobs_per_tenant: int = 40, console: Console | None = None) -> DemoReport:
