@@ -53,8 +53,8 @@ infrastructure: setup ## Synthesized-template tests only
 local: setup-runtime ## Run the whole system in the foreground (API on http://127.0.0.1:8080)
 	$(VENV)/bin/tollgate local up
 
-demo: setup-runtime ## Start the local system, drive it as tenants would, show the results, stop
-	$(VENV)/bin/tollgate local demo
+demo: setup-runtime ## Start the local system, drive it as tenants would, show the results, stop (KEEP=1 keeps its data)
+	$(VENV)/bin/tollgate local demo $(if $(filter-out 0,$(KEEP)),--keep)
 
 chaos: setup-runtime ## Inject faults under traffic, then check the ledger; fails if any promise broke (SEED=n)
 	$(VENV)/bin/tollgate local chaos $(if $(SEED),--seed $(SEED))

@@ -5,13 +5,16 @@ reference; and where DATABASE_URL is not set, every command uses the embedded Po
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 
 from tollgate.cli import main as cli
 from tollgate.settings import REPO_ROOT
+
+if TYPE_CHECKING:
+    from tollgate_dev.local.ports import PortsUnavailable
 
 local_app = typer.Typer(help="Run the whole system on this machine.", no_args_is_help=True)
 console = Console()
@@ -33,19 +36,60 @@ def embedded_database_url(data_dir: Path) -> str:
     return url
 
 
+# Each port of `local up`: its option and its environment variable (for a walkthrough or a script that moves
+# them), by the name LocalStack and its port checks give it.
+PORT_OPTIONS = {
+    "port": ("--port", "TOLLGATE_PORT"),
+    "erp_port": ("--erp-port", "TOLLGATE_ERP_PORT"),
+    "ops_port": ("--ops-port", "TOLLGATE_OPS_PORT"),
+    "ws_port": ("--ws-port", "TOLLGATE_WS_PORT"),
+}
+
+
+def _port_option(name: str, what: str) -> Any:
+    option, envvar = PORT_OPTIONS[name]
+    return typer.Option(
+        option, envvar=envvar, min=0, max=65535, help=f"Port of {what} on 127.0.0.1 (0: any free one)."
+    )
+
+
+def _say_ports_unavailable(error: PortsUnavailable) -> NoReturn:
+    """One line per port, naming it and what moves it; exit code 2, as for any refused input."""
+    for problem in error.problems:
+        option, envvar = PORT_OPTIONS[problem.name]
+        if problem.clashes_with is not None:
+            what = f"is also given to {PORT_OPTIONS[problem.clashes_with][0]}"
+        else:
+            what = f"{problem.reason} on 127.0.0.1"
+        if error.started:
+            what += " (taken while Tollgate was starting; what had started is stopped)"
+        console.print(
+            f"port {problem.port} ({option}) {what}; choose another with {option} or {envvar}",
+            highlight=False,
+            soft_wrap=True,
+            markup=False,
+        )
+    raise typer.Exit(2)
+
+
 @local_app.command("up")
 def local_up(
-    port: Annotated[int, typer.Option(help="Port of the API on 127.0.0.1.")] = 8080,
-    erp_port: Annotated[int, typer.Option(help="Port of the demo ERP webhook receiver on 127.0.0.1.")] = 8081,
-    ops_port: Annotated[
-        int, typer.Option(help="Port of the operations function's URL stand-in on 127.0.0.1.")
-    ] = 8082,
-    ws_port: Annotated[
-        int, typer.Option(help="Port of the live notifications' WebSocket server on 127.0.0.1.")
-    ] = 8083,
+    port: Annotated[int, _port_option("port", "the API")] = 8080,
+    erp_port: Annotated[int, _port_option("erp_port", "the demo ERP webhook receiver")] = 8081,
+    ops_port: Annotated[int, _port_option("ops_port", "the operations function's URL stand-in")] = 8082,
+    ws_port: Annotated[int, _port_option("ws_port", "the live notifications' WebSocket server")] = 8083,
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
-    """Run the system in the foreground until Ctrl-C."""
+    """Run the system in the foreground until Ctrl-C. Once everything listens, it prints one NAME=URL line
+    per address (api_url, erp_url, ops_url, websocket_url) for scripts, then what each one is for."""
+    from tollgate_dev.local.ports import PortsUnavailable, check_ports
+
+    ports = {"port": port, "erp_port": erp_port, "ops_port": ops_port, "ws_port": ws_port}
+    # First of all, before the system's modules are imported (seconds), PostgreSQL starts and the migrations
+    # run (half a minute): a taken port is one line, and nothing started.
+    if problems := check_ports(ports):
+        _say_ports_unavailable(PortsUnavailable(problems, started=False))
+
     from tollgate_dev.local.foreground import run_in_foreground
     from tollgate_dev.local.logs import use_readable_logs
     from tollgate_dev.local.runtime import LocalStack
@@ -63,6 +107,16 @@ def local_up(
 
     def ready() -> None:
         assert stack.erp is not None
+        assert stack.ops is not None
+        # Stable lines for scripts (`sed -n 's/^api_url=//p'`), never wrapped, named as the discovery file
+        # (local.json in the data folder) names them.
+        for name, url in (
+            ("api_url", stack.api_url),
+            ("erp_url", stack.erp.url),
+            ("ops_url", stack.ops.url),
+            ("websocket_url", stack.websocket_url),
+        ):
+            console.print(f"{name}={url}", highlight=False, soft_wrap=True, markup=False)
         console.print(
             f"Tollgate is up: API at [bold]{stack.api_url}[/bold] (OpenAPI at {stack.api_url}/openapi.json)"
         )
@@ -70,21 +124,22 @@ def local_up(
             f"Demo ERP receiver at [bold]{stack.erp.url}[/bold]: register {stack.erp.url}/<any path> as a "
             "webhook endpoint and it verifies each delivery with that endpoint's secret."
         )
-        if stack.ops is not None:
-            console.print(
-                f"Operations function at [bold]{stack.ops.url}[/bold]: `tollgate --ops-url {stack.ops.url} "
-                "tenants create NAME` runs a command the way `--stage` does against a deployed stage (signed "
-                "with AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=eu-west-1)."
-            )
-        if stack.websocket is not None:
-            console.print(
-                f"Live notifications at [bold]{stack.websocket_url}[/bold]: connect with the header "
-                '`Authorization: Bearer <key>`, send {"action": "subscribe", "cursor": null} and each job '
-                "state change follows (README: Live notifications)."
-            )
+        console.print(
+            f"Operations function at [bold]{stack.ops.url}[/bold]: `tollgate --ops-url {stack.ops.url} "
+            "tenants create NAME` runs a command the way `--stage` does against a deployed stage (signed "
+            "with AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=eu-west-1)."
+        )
+        console.print(
+            f"Live notifications at [bold]{stack.websocket_url}[/bold]: connect with the header "
+            '`Authorization: Bearer <key>`, send {"action": "subscribe", "cursor": null} and each job '
+            "state change follows (README: Live notifications)."
+        )
         console.print("Create a tenant with `tollgate tenants create NAME`. Ctrl-C stops everything.")
 
-    exit_code = run_in_foreground(stack, ready, lambda note: console.print(f"Stopping: {note}"))
+    try:
+        exit_code = run_in_foreground(stack, ready, lambda note: console.print(f"Stopping: {note}"))
+    except PortsUnavailable as error:  # taken after the check; run_in_foreground stopped what had started
+        _say_ports_unavailable(error)
     if exit_code:
         raise typer.Exit(exit_code)
 
@@ -94,13 +149,23 @@ def local_demo(
     jobs_per_tenant: Annotated[int, typer.Option(min=1, max=500)] = 100,
     data_dir: Annotated[
         Path,
-        typer.Option(help="The demo's own folder: its embedded PostgreSQL (no DATABASE_URL) and its log."),
+        typer.Option(
+            help="The demo's own folder: its embedded PostgreSQL (no DATABASE_URL), its log, its live feed."
+        ),
     ] = Path(".tollgate/demo"),
+    keep: Annotated[
+        bool,
+        typer.Option(
+            "--keep",
+            help="Keep the demo's data (in the database `tollgate local up --data-dir` on the same folder "
+            "serves; on DATABASE_URL's server, a database of its own) and say how to explore it.",
+        ),
+    ] = False,
 ) -> None:
     """Start the system, drive it as tenants would, check every answer, stop. Exit 1 on any surprise."""
     from tollgate_dev.local.demo import run_local_demo
 
-    report = run_local_demo(jobs_per_tenant, data_dir, console)
+    report = run_local_demo(jobs_per_tenant, data_dir, console, keep=keep)
     if not report.ok:
         raise typer.Exit(1)
 

@@ -1,7 +1,8 @@
 """The README's main command, end to end: `tollgate local demo` as a user runs it, in a subprocess.
 
 The demo keeps to itself (its own folder, a database of its own that it drops), shows progress on the
-terminal and its log lines in a file, and prints what the README's excerpt of it says it prints.
+terminal and its log lines and live feed in files, and prints what the README's excerpt of it says it prints.
+With --keep (make demo KEEP=1) its data stays where `tollgate local up --data-dir` on its folder finds it.
 """
 
 import os
@@ -14,6 +15,8 @@ import psycopg
 import pytest
 
 from tollgate.settings import REPO_ROOT
+from tollgate_dev.local.demo import TENANTS
+from tollgate_dev.local.postgres import embedded_server
 
 pytestmark = pytest.mark.e2e
 
@@ -88,11 +91,35 @@ def test_line_patterns_allow_what_varies_and_nothing_else():
     assert missing_from("a\nb 12 ms\nc", ["c", "b 9 ms"]) == ["b 9 ms"]
 
 
+def kept_tenants(data_dir: Path) -> dict[str, int]:
+    """Each tenant in the database of the embedded server in ``data_dir`` (the one `tollgate local up
+    --data-dir` serves), with its number of jobs; and no demo database of a run's own left on that server."""
+    server = embedded_server(data_dir / "pgdata")
+    try:
+        with psycopg.connect(server.get_uri()) as conn:
+            others = conn.execute(
+                "SELECT datname FROM pg_database WHERE datname LIKE 'tollgate_demo%'"
+            ).fetchall()
+            # A run that kept nothing leaves the server's database as it was: not even migrated.
+            migrated = conn.execute("SELECT to_regclass('tenants') IS NOT NULL").fetchone() == (True,)
+            query = (
+                "SELECT t.name, count(j.job_id) FROM tenants t"
+                " LEFT JOIN extraction_jobs j USING (tenant_id) GROUP BY 1"
+            )
+            rows = conn.execute(query).fetchall() if migrated else []
+    finally:
+        server.cleanup()
+    assert others == [], f"a demo left its database behind: {others}"
+    return dict(rows)
+
+
 def test_the_demo_keeps_to_its_own_folder_shows_progress_only_and_prints_the_readme_excerpt(tmp_path):
     # As `make demo` runs on a fresh machine: no DATABASE_URL, so an embedded server in the demo's folder.
+    # The first run as `make demo`, the second as `make demo KEEP=1`.
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-    for run in range(2):
-        result = run_demo(tmp_path, env)
+    demo = tmp_path / ".tollgate" / "demo"
+    for run, options in enumerate([(), ("--keep",)]):
+        result = run_demo(tmp_path, env, *options)
 
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         passed, total = re.search(r"(\d+)/(\d+) checks passed", result.stdout).groups()
@@ -102,11 +129,34 @@ def test_the_demo_keeps_to_its_own_folder_shows_progress_only_and_prints_the_rea
         assert "job accepted" not in result.stdout + result.stderr
         assert not re.search(r"^\{", result.stdout, re.MULTILINE)
         assert result.stderr == ""
-        log = tmp_path / ".tollgate" / "demo" / "demo.log"
+        log = demo / "demo.log"
         assert f"Logs: {log.relative_to(tmp_path)}" in result.stdout
         assert "job accepted" in log.read_text(encoding="utf-8")
+        # The live feed went to its file, a line per state change; the terminal only counts its messages.
+        feed = demo / "live-feed.log"
+        assert f"The live feed is in {feed.relative_to(tmp_path)}." in result.stdout
+        watched = re.search(r"live feed\s+(\d+) messages so far \((\S+)\)", result.stdout)
+        feed_lines = feed.read_text(encoding="utf-8").splitlines()
+        assert watched and feed_lines and all(line.startswith(watched.group(2)) for line in feed_lines)
+        assert not any(
+            re.search(r"(READY|RUNNING|SUCCEEDED)\s+v\d", line) for line in result.stdout.splitlines()
+        )
         if run == 0:
             assert missing_from(result.stdout, readme_excerpt()) == [], result.stdout
+            assert "To keep the data and explore it: make demo KEEP=1" in result.stdout
+            # Dropped: nothing of this run in the server's database, and no database of its own left.
+            assert kept_tenants(demo) == {}
+        else:
+            tenant = watched.group(2)
+            suffix = tenant.rsplit("-", 1)[1]
+            # Kept where `tollgate local up --data-dir .tollgate/demo` serves it, and the demo says so.
+            assert "Done. The demo's data is kept. To explore it, serve it in one terminal:" in result.stdout
+            assert "tollgate local up --data-dir .tollgate/demo" in result.stdout
+            assert "tollgate reviews list --data-dir .tollgate/demo" in result.stdout
+            accepted = int(re.search(r"(\d+) jobs accepted", result.stdout).group(1))
+            kept = kept_tenants(demo)
+            assert sorted(kept) == sorted(f"{base}-{suffix}" for base in TENANTS)
+            assert sum(kept.values()) == accepted
     # Nothing next to the demo's folder, where `tollgate local up` keeps its own data.
     assert [p.name for p in (tmp_path / ".tollgate").iterdir()] == ["demo"]
 

@@ -2,13 +2,15 @@
 
 Three tenants submit sample invoices over HTTP (with replays, an idempotency conflict and bad requests),
 the pipeline runs them (relay, SQS, workers, the simulated provider, validation), live bars show the jobs
-by state, a WebSocket client connected before the first submit prints the first tenant's live feed (one line
-per job state change, as the notifications API pushes them), and a summary shows where every job ended
-and why, attempts, tokens, cost and latency. It exits non-zero when any admitted job ends somewhere its kind
-of invoice cannot explain, or any API answer is wrong.
+by state, a WebSocket client connected before the first submit follows the first tenant's live feed (one
+line per job state change, as the notifications API pushes them, written to a file; the bars count them),
+and a summary shows where every job ended and why, attempts, tokens, cost and latency. It exits non-zero
+when any admitted job ends somewhere its kind of invoice cannot explain, or any API answer is wrong.
 
 The run keeps to itself: a database of its own (dropped at the end) on an embedded server in its own data
-folder, its log lines in a file there, and only progress and the summary on the terminal.
+folder, its log lines and the live feed in files there, and only progress and the summary on the terminal.
+With ``keep`` its data stays, in the database `tollgate local up --data-dir <that folder>` serves, and it
+says how to look at it.
 """
 
 from __future__ import annotations
@@ -17,19 +19,22 @@ import math
 import random
 import secrets
 import statistics
+import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from uuid import UUID
 
 from aws_lambda_powertools import Logger
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.console import Console, RenderableType
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, Task, TextColumn
 from rich.table import Table
+from rich.text import Text
 
 from tollgate.core.clock import new_id
 from tollgate.core.job_states import FINISHED_STATES, JobState
@@ -40,7 +45,7 @@ from tollgate.tenants.suppliers import add_supplier
 from tollgate_dev.live_feed import LiveFeed
 from tollgate_dev.local.client import ApiClient
 from tollgate_dev.local.logs import logs_into
-from tollgate_dev.local.postgres import scratch_database
+from tollgate_dev.local.postgres import kept_database, scratch_database, without_password
 from tollgate_dev.local.runtime import LocalStack
 from tollgate_dev.receiver import WebhookReceiver
 from tollgate_dev.reporting import delivery_states, job_states, jobs, summarize_work
@@ -61,6 +66,9 @@ TENANTS = ("nordwind-buyers", "lumiere-achats", "thames-accounts")
 # Its own folder, so the demo's embedded server, discovery file and logs never touch `tollgate local up`'s.
 DEFAULT_DATA_DIR = Path(".tollgate/demo")
 LOG_FILE = "demo.log"
+# One line per state change the live feed pushed, started afresh each run: some 330 of them at the default
+# size, which on the terminal would scroll the bars away.
+LIVE_FEED_FILE = "live-feed.log"
 # What each final state means, for a reader who has not met the state machine yet.
 MEANINGS = {
     JobState.SUCCEEDED: "passed every validation rule",
@@ -185,24 +193,28 @@ def _submit_all(
 
 
 class LiveFeedView:
-    """One tenant's live notifications, printed a compact line each as they arrive, and each job's last
-    state as the feed told it, to compare with where the job ended."""
+    """One tenant's live notifications: a compact line each, as they arrive, in a file (the terminal only
+    counts them), and each job's last state as the feed told it, to compare with where the job ended."""
 
-    def __init__(self, url: str, api_key: str, tenant: str, console: Console) -> None:
+    def __init__(self, url: str, api_key: str, tenant: str, path: Path) -> None:
         self.feed = LiveFeed(url, api_key, reconnect_wait=0.2)
         self.tenant = tenant
-        self.console = console
+        self.path = path
         self.last_state: dict[str, str] = {}
         self.messages = 0
         self.failure: str | None = None
         self.changed = threading.Condition()
+        self._lines: IO[str] | None = None
         self._thread = threading.Thread(target=self._run, name="demo-live-feed", daemon=True)
 
     def start(self) -> bool:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lines = self.path.open("w", encoding="utf-8", buffering=1)
         self._thread.start()
         return self.feed.subscribed.wait(COMPLETION_TIMEOUT_SECONDS)
 
     def _run(self) -> None:
+        assert self._lines is not None
         try:
             for message in self.feed:
                 with self.changed:
@@ -211,17 +223,21 @@ class LiveFeedView:
                         self.last_state[message["job_id"]] = message["state"]
                     self.changed.notify_all()
                 if message["type"] == "job.state_changed":
-                    self.console.print(
-                        f"  [dim]live[/dim] {self.tenant} #{message['sequence']:<5} {message['job_id'][:8]} "
-                        f"{message['state']:<16} v{message['state_version']}",
-                        highlight=False,
+                    self._lines.write(
+                        f"{self.tenant} #{message['sequence']:<5} {message['job_id']} "
+                        f"{message['state']:<16} v{message['state_version']}\n"
                     )
                 else:
-                    self.console.print(f"  [dim]live[/dim] {self.tenant} resync to {message['latest']}")
+                    self._lines.write(f"{self.tenant} resync to {message['latest']}\n")
         except Exception as error:  # the demo reports it as a failed check
             with self.changed:
                 self.failure = f"{type(error).__name__}: {error}"
                 self.changed.notify_all()
+
+    def summary(self) -> str:
+        """The feed in one line, for under the bars."""
+        # "so far": the bars stop once every job is final, a moment before the feed has told the last of it.
+        return f"{'live feed':>16} {self.messages} messages so far ({self.tenant})"
 
     def saw_every_end(self, ends: dict[str, str], timeout: float) -> bool:
         """Waits until the feed's last state of every job is where the job ended."""
@@ -240,14 +256,32 @@ class LiveFeedView:
     def stop(self) -> None:
         self.feed.close()
         self._thread.join(COMPLETION_TIMEOUT_SECONDS)
+        if self._lines is not None and not self._thread.is_alive():
+            self._lines.close()
 
 
-def _follow(stack: LocalStack, tenant_ids: list[UUID], total: int, console: Console) -> bool:
-    """Live bars per state until every admitted job is terminal (or the time limit passes)."""
+class BarsWithFooter(Progress):
+    """The bars, and a line under them that is read again at each refresh (the live feed's count)."""
+
+    def __init__(self, *columns: Any, footer: Callable[[], str], console: Console) -> None:
+        self._footer = footer  # first: the parent's start may already render
+        super().__init__(*columns, console=console)
+
+    def get_renderables(self) -> Iterable[RenderableType]:
+        tasks: list[Task] = list(self.tasks)
+        yield self.make_tasks_table(tasks)
+        yield Text(self._footer(), style="dim")
+
+
+def _follow(
+    stack: LocalStack, tenant_ids: list[UUID], total: int, console: Console, live: LiveFeedView
+) -> bool:
+    """Live bars per state until every admitted job is terminal (or the time limit passes), and the live
+    feed's count under them."""
     assert stack.system_db is not None
     db = stack.system_db
     columns = (TextColumn("{task.description:>16}"), BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, console=console) as bars:
+    with BarsWithFooter(*columns, footer=live.summary, console=console) as bars:
         tasks = {state: bars.add_task(state.value, total=total) for state in JobState}
 
         def all_terminal() -> bool:
@@ -260,9 +294,15 @@ def _follow(stack: LocalStack, tenant_ids: list[UUID], total: int, console: Cons
 
 
 def run_local_demo(
-    jobs_per_tenant: int, data_dir: Path = DEFAULT_DATA_DIR, console: Console | None = None
+    jobs_per_tenant: int,
+    data_dir: Path = DEFAULT_DATA_DIR,
+    console: Console | None = None,
+    *,
+    keep: bool = False,
 ) -> DemoReport:
-    """`tollgate local demo`: the system on a database of its own, logs in a file, progress on screen."""
+    """`tollgate local demo`: the system on a database of its own, logs in a file, progress on screen. With
+    ``keep``, the database stays for `tollgate local up --data-dir <data_dir>` (DATABASE_URL's server: a
+    database of the run's own), and the end says how to look at it."""
     console = console or Console()
     log_path = data_dir / LOG_FILE
     console.print(
@@ -273,14 +313,69 @@ def run_local_demo(
         f"Each tenant also has {OTHER_JOBS_PER_TENANT} summarized and {OTHER_JOBS_PER_TENANT} classified.",
         highlight=False,
     )
-    with logs_into(log_path), scratch_database(data_dir, "tollgate_demo") as database:
-        console.print(f"Data: a database of its own {database.server}, dropped at the end.", highlight=False)
+    database_for_run = kept_database if keep else scratch_database
+    with logs_into(log_path), database_for_run(data_dir, "tollgate_demo") as database:
+        embedded = database.server.startswith("in ")
+        if not keep:
+            data = f"a database of its own {database.server}, dropped at the end"
+        elif embedded:
+            data = f"the database of the server {database.server}, kept (--keep)"
+        else:
+            data = f"{database.name} {database.server}, kept (--keep)"
+        console.print(f"Data: {data}.", highlight=False)
         console.print(f"Logs: {log_path} (the terminal shows progress only).", highlight=False)
-        logger.info("demo database created", extra={"database": database.name})
+        logger.info("demo database created", extra={"database": database.name, "kept": keep})
         with LocalStack(port=0, data_dir=data_dir, database_url=database.url) as stack:
             report = run_demo(stack, jobs_per_tenant, console)
-    console.print(f"Done. The demo's database is dropped; logs stay in {log_path}", highlight=False)
+    live_feed = data_dir / LIVE_FEED_FILE
+    if not keep:
+        console.print(f"Done. The demo's database is dropped; logs stay in {log_path}", highlight=False)
+        console.print(f"The live feed is in {live_feed}.", highlight=False)
+        console.print(
+            "To keep the data and explore it: make demo KEEP=1 (tollgate local demo --keep).", highlight=False
+        )
+        return report
+    _say_how_to_explore(console, data_dir, None if embedded else database.url)
+    console.print(
+        f"It stays until you delete {data_dir} (later kept runs add to it)."
+        if embedded
+        else f"It stays until you drop the database {database.name}.",
+        highlight=False,
+    )
+    console.print(f"Logs stay in {log_path}.", highlight=False)
+    console.print(f"The live feed is in {live_feed}.", highlight=False)
     return report
+
+
+def _tollgate() -> str:
+    """How to run this command again from here: `.venv/bin/tollgate` when run as `make demo` runs it."""
+    program = Path(sys.argv[0])
+    if program.name != "tollgate":
+        return "tollgate"
+    try:
+        return str(program.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        return str(program)
+
+
+def _say_how_to_explore(console: Console, data_dir: Path, database_url: str | None) -> None:
+    """The commands that serve what the demo kept and show the review queue it filled. ``database_url``:
+    the kept database on DATABASE_URL's server, None for the embedded server's in ``data_dir``."""
+    tollgate = _tollgate()
+    if database_url is None:
+        # The support commands find the embedded server through the discovery file `local up` writes.
+        first = ("serve it in one terminal:", f"{tollgate} local up --data-dir {data_dir}")
+        then = "and in a second one see the review queue it filled, and every job:"
+        where = f" --data-dir {data_dir}"
+    else:
+        first = ("point DATABASE_URL at it:", f"export DATABASE_URL='{without_password(database_url)}'")
+        then = "and see the review queue it filled, and every job:"
+        where = ""
+    console.print(f"[bold]Done. The demo's data is kept.[/bold] To explore it, {first[0]}")
+    console.print(f"  {first[1]}", highlight=False, soft_wrap=True, markup=False)
+    console.print(then, highlight=False, markup=False)
+    for command in ("reviews list", "jobs list"):
+        console.print(f"  {tollgate} {command}{where}", highlight=False, soft_wrap=True, markup=False)
 
 
 def run_demo(stack: LocalStack, jobs_per_tenant: int = 40, console: Console | None = None) -> DemoReport:
@@ -303,16 +398,17 @@ def run_demo(stack: LocalStack, jobs_per_tenant: int = 40, console: Console | No
     console.print(f"[bold]{len(clients)} tenants[/bold] created; API at {stack.api_url}; LLM: {provider}")
     watched, watched_client = next(iter(clients.items()))
     assert watched_client.api_key is not None
-    live = LiveFeedView(stack.websocket_url, watched_client.api_key, watched, console)
+    live_path = stack.data_dir / LIVE_FEED_FILE
+    live = LiveFeedView(stack.websocket_url, watched_client.api_key, watched, live_path)
     subscribed = live.start()
     report.check("live feed subscribed before the first submit", subscribed, stack.websocket_url)
-    console.print(
-        f"Live feed of [bold]{watched}[/bold] from {stack.websocket_url}: one line per state change"
-    )
+    # One line per state change goes to the file: some 330 of them at the default size would scroll the
+    # bars away. The bars count them.
+    console.print(f"Live feed of [bold]{watched}[/bold] in {live_path}", highlight=False, soft_wrap=True)
 
     _submit_all(stack, clients, jobs_per_tenant, report)
     console.print(f"{len(report.submitted)} jobs accepted; following them through the pipeline…")
-    finished = _follow(stack, tenant_ids, len(report.submitted), console)
+    finished = _follow(stack, tenant_ids, len(report.submitted), console, live)
     report.check(
         "every admitted job reached a final state", finished, f"within {COMPLETION_TIMEOUT_SECONDS} s"
     )

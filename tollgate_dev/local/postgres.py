@@ -86,3 +86,32 @@ def scratch_database(data_dir: Path, prefix: str) -> Iterator[ScratchDatabase]:
     finally:
         if handle is not None:
             handle.cleanup()
+
+
+@contextmanager
+def kept_database(data_dir: Path, prefix: str) -> Iterator[ScratchDatabase]:
+    """A database a run leaves behind, for a person to explore afterwards.
+
+    On an embedded server (no DATABASE_URL) it is the server's own database, the one that
+    `tollgate local up --data-dir <data_dir>` serves, so that command finds what the run wrote; several kept
+    runs share it (their tenants carry names of their own). On DATABASE_URL's server it is a new database
+    named for the run, so DATABASE_URL's own database is left as it was.
+    """
+    admin_url, handle = server_url(data_dir.resolve() / "pgdata")
+    try:
+        if handle is None:
+            name = f"{prefix}_{secrets.token_hex(4)}"
+            create_database(admin_url, name)
+            yield ScratchDatabase(name, with_dbname(admin_url, name), "on DATABASE_URL's server")
+        else:
+            yield ScratchDatabase(str(conninfo_to_dict(admin_url).get("dbname")), admin_url, f"in {data_dir}")
+    finally:
+        if handle is not None:
+            handle.cleanup()
+
+
+def without_password(url: str) -> str:
+    """``url`` as key=value connection settings without its password, to show a person (libpq then takes
+    the password from PGPASSWORD or ~/.pgpass)."""
+    params = {key: value for key, value in conninfo_to_dict(url).items() if key != "password"}
+    return make_conninfo(**{key: str(value) for key, value in params.items() if value is not None})

@@ -86,6 +86,7 @@ from tollgate_dev.local.notifications import (
     deliver_notifications,
 )
 from tollgate_dev.local.ops import LocalOpsFunction
+from tollgate_dev.local.ports import PortsUnavailable, binding, check_ports
 from tollgate_dev.local.postgres import server_url
 from tollgate_dev.local.stepfunctions import create_dispatcher, release_dispatcher
 from tollgate_dev.local.workers import WorkerThread
@@ -197,6 +198,19 @@ class LocalStack:
         """Asks a start in progress (on another thread, or interrupted by a signal) to end early."""
         self.cancelled.set()
 
+    @property
+    def fixed_ports(self) -> dict[str, int]:
+        """The ports this system will listen on, by field name; 0 means any free port."""
+        ports = {"port": self.port}
+        if self.pipeline:
+            ports |= {"erp_port": self.erp_port, "ops_port": self.ops_port, "ws_port": self.ws_port}
+        return ports
+
+    def check_ports(self) -> None:
+        """Raises PortsUnavailable (nothing started) when a port this system will bind cannot be had."""
+        if problems := check_ports(self.fixed_ports):
+            raise PortsUnavailable(problems, started=False)
+
     def _unless_cancelled(self) -> None:
         if self.cancelled.is_set():
             raise StartCancelled
@@ -204,6 +218,8 @@ class LocalStack:
     def start(self) -> LocalStack:
         """Starts every piece in order; each is registered to be stopped as soon as it runs, so ``stop``
         after a start that failed or was cancelled (StartCancelled) stops exactly what had started."""
+        # First, before PostgreSQL and the migrations take their half a minute: a taken port stops it here.
+        self.check_ports()
         # Every entrypoint's AWS calls are held to its declaration, which makes its grants, subnets and the
         # stage's endpoints: a call it misses fails here rather than in a deployed stage.
         enforcing = ExitStack()
@@ -249,16 +265,20 @@ class LocalStack:
         )
         self._closers.append(self.system_db.close)
 
-        self.gateway = LocalGateway(
-            api=as_component("api", AppPool(deps, size=API_CONCURRENCY).handle),
-            authorizer=as_component("authorizer", lambda token, arn: authorize_request(resolver, token, arn)),
-            port=self.port,
-        )
+        with binding("port", self.port):
+            self.gateway = LocalGateway(
+                api=as_component("api", AppPool(deps, size=API_CONCURRENCY).handle),
+                authorizer=as_component(
+                    "authorizer", lambda token, arn: authorize_request(resolver, token, arn)
+                ),
+                port=self.port,
+            )
         self.gateway.start()
         self._closers.append(self.gateway.stop)
         if self.pipeline:
             self._unless_cancelled()
-            self.erp = DemoErp(self.system_db, port=self.erp_port).start()
+            with binding("erp_port", self.erp_port):
+                self.erp = DemoErp(self.system_db, port=self.erp_port).start()
             self._closers.append(self.erp.stop)
             self._start_pipeline(url, relay_wake, resolver)
             self._start_ops(url)
@@ -278,7 +298,8 @@ class LocalStack:
         )
         deps = build_ops(settings, aws=local_aws(self.aws.endpoint_url))
         self._closers.append(deps.db.close)
-        self.ops = LocalOpsFunction(deps, port=self.ops_port).start()
+        with binding("ops_port", self.ops_port):
+            self.ops = LocalOpsFunction(deps, port=self.ops_port).start()
         self._closers.append(self.ops.stop)
 
     def _write_discovery(self) -> None:
@@ -370,7 +391,8 @@ class LocalStack:
         sender = SocketSender()
         self.notify = deps = build_notify(settings, connections=InMemoryConnections(), sender=sender)
         self._closers.append(deps.db.close)
-        self.websocket = LocalWebSocketServer(deps, sender, resolver, port=self.ws_port).start()
+        with binding("ws_port", self.ws_port):
+            self.websocket = LocalWebSocketServer(deps, sender, resolver, port=self.ws_port).start()
         self._closers.append(self.websocket.stop)
         sqs = boto3.client("sqs")
         queue_url = self.notifications_queue.url
