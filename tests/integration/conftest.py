@@ -19,6 +19,7 @@ from tollgate.settings import DatabaseSettings
 from tollgate.tenants.keys import create_tenant
 from tollgate_dev.local.aws import LocalAws
 from tollgate_dev.local.client import ApiClient
+from tollgate_dev.local.gateway import BODY_READ_TIMEOUT_SECONDS
 from tollgate_dev.local.runtime import LocalStack
 
 pytestmark = pytest.mark.integration
@@ -33,10 +34,16 @@ def local_aws() -> Iterator[LocalAws]:
 
 
 def _start_stack(
-    database_url: str, local_aws: LocalAws, *, webhook_resolver: Resolver | None = None, **api_overrides: Any
+    database_url: str,
+    local_aws: LocalAws,
+    *,
+    webhook_resolver: Resolver | None = None,
+    gateway_body_read_timeout: float = BODY_READ_TIMEOUT_SECONDS,
+    **api_overrides: Any,
 ) -> LocalStack:
     stack = LocalStack(
         port=0,
+        gateway_body_read_timeout=gateway_body_read_timeout,
         database_url=database_url,
         aws=local_aws,
         api_overrides=api_overrides,
@@ -59,9 +66,20 @@ def stack_factory(database_url: str, local_aws: LocalAws) -> Iterator[Callable[.
     """Stacks with other settings for one test; stopped after it, so their connections do not pile up."""
     stacks: list[LocalStack] = []
 
-    def start(*, webhook_resolver: Resolver | None = None, **api_overrides: Any) -> LocalStack:
+    def start(
+        *,
+        webhook_resolver: Resolver | None = None,
+        gateway_body_read_timeout: float = BODY_READ_TIMEOUT_SECONDS,
+        **api_overrides: Any,
+    ) -> LocalStack:
         stacks.append(
-            _start_stack(database_url, local_aws, webhook_resolver=webhook_resolver, **api_overrides)
+            _start_stack(
+                database_url,
+                local_aws,
+                webhook_resolver=webhook_resolver,
+                gateway_body_read_timeout=gateway_body_read_timeout,
+                **api_overrides,
+            )
         )
         return stacks[-1]
 

@@ -13,6 +13,7 @@ import base64
 import json
 import queue
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,7 +30,13 @@ from tollgate.api.deps import ApiDeps
 from tollgate.api.gateway_problems import gateway_problem, rendered
 from tollgate.api.problems import DEPENDENCY_RETRY_AFTER_SECONDS, PROBLEM_CONTENT_TYPE, problem_body
 from tollgate.api.surface import Operation, find_operation, http_surface
-from tollgate.core.errors import DependencyUnavailable, PayloadTooLarge, TollgateError, Unauthorized
+from tollgate.core.errors import (
+    DependencyUnavailable,
+    InvalidRequest,
+    PayloadTooLarge,
+    TollgateError,
+    Unauthorized,
+)
 from tollgate.tenants.authorizer import AccessDenied
 
 logger = Logger(service="tollgate-local", child=True)
@@ -41,6 +48,10 @@ STAGE = "local"
 API_ID = "local"
 # API Gateway's own limit on a request payload.
 MAX_PAYLOAD_BYTES = 10 * 1024 * 1024
+# How long a request's body may take to arrive in full once its headers are in. A body shorter than its
+# Content-Length would otherwise hold the connection (and a server thread) forever, or, when the client
+# half-closes, reach the API truncated.
+BODY_READ_TIMEOUT_SECONDS = 30.0
 
 
 def build_event(
@@ -143,9 +154,12 @@ class LocalGateway:
         host: str = "127.0.0.1",
         port: int = 8080,
         surface: Sequence[Operation] | None = None,
+        *,
+        body_read_timeout: float = BODY_READ_TIMEOUT_SECONDS,
     ) -> None:
         self._api = api
         self._authorizer = authorizer
+        self._body_read_timeout = body_read_timeout
         self._surface = tuple(surface) if surface is not None else http_surface()
         self._server = _Server((host, port), self._handler_class())
         self._thread: threading.Thread | None = None
@@ -218,15 +232,57 @@ class LocalGateway:
             disable_nagle_algorithm = True
 
             def _serve(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                status, headers, payload = gateway.dispatch(
-                    self.command, self.path, dict(self.headers.items()), body
-                )
+                try:
+                    body = self._read_body()
+                except TollgateError as refusal:
+                    # The connection's framing is lost (how much of it was body is unknown): answer and close.
+                    self.close_connection = True
+                    self._answer(*_problem(refusal))
+                    return
+                self._answer(*gateway.dispatch(self.command, self.path, dict(self.headers.items()), body))
+
+            def _read_body(self) -> bytes:
+                """The body as Content-Length declares it, within the gateway's read timeout, or the refusal a
+                front end answers with: nothing reaches the authorizer or the API unless the body is whole."""
+                declared = set(self.headers.get_all("Content-Length") or [])
+                if not declared:
+                    return b""
+                # Two lengths that disagree are how requests get smuggled past a front end (RFC 9112 6.3).
+                raw = declared.pop().strip() if len(declared) == 1 else ""
+                if not (raw.isascii() and raw.isdigit()):
+                    raise InvalidRequest("Content-Length must be one non-negative whole number of bytes")
+                remaining = int(raw)
+                deadline = time.monotonic() + gateway._body_read_timeout
+                chunks = []
+                try:
+                    while remaining:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            raise TimeoutError
+                        self.connection.settimeout(left)
+                        chunk = self.rfile.read1(remaining)
+                        if not chunk:
+                            raise InvalidRequest(
+                                f"the body ended {remaining} bytes short of its Content-Length ({raw})"
+                            )
+                        chunks.append(chunk)
+                        remaining -= len(chunk)
+                except TimeoutError:
+                    raise InvalidRequest(
+                        f"the body did not arrive in full within {gateway._body_read_timeout:g} s: "
+                        f"{remaining} of its Content-Length ({raw}) bytes are missing"
+                    ) from None
+                finally:
+                    self.connection.settimeout(None)
+                return b"".join(chunks)
+
+            def _answer(self, status: int, headers: dict[str, str], payload: bytes) -> None:
                 self.send_response(status)
                 for key, value in headers.items():
                     if key.lower() not in {"content-length", "connection"}:
                         self.send_header(key, value)
+                if self.close_connection:
+                    self.send_header("Connection", "close")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)

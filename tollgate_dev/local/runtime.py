@@ -76,7 +76,7 @@ from tollgate_dev.local.aws import (
 )
 from tollgate_dev.local.erp import DemoErp
 from tollgate_dev.local.foreground import StartCancelled
-from tollgate_dev.local.gateway import AppPool, LocalGateway
+from tollgate_dev.local.gateway import BODY_READ_TIMEOUT_SECONDS, AppPool, LocalGateway
 from tollgate_dev.local.logs import as_component
 from tollgate_dev.local.loops import Loop
 from tollgate_dev.local.notifications import (
@@ -126,6 +126,8 @@ class LocalStack:
     database_url: str = ""
     aws: LocalAws | None = None
     gateway: LocalGateway | None = None
+    # How long the gateway waits for a request body to arrive in full; tests that send a short one wait less.
+    gateway_body_read_timeout: float = BODY_READ_TIMEOUT_SECONDS
     system_db: Database | None = None
     # Tests that drive the relay, scheduler and ingress themselves turn the background loops off.
     pipeline: bool = True
@@ -272,6 +274,7 @@ class LocalStack:
                     "authorizer", lambda token, arn: authorize_request(resolver, token, arn)
                 ),
                 port=self.port,
+                body_read_timeout=self.gateway_body_read_timeout,
             )
         self.gateway.start()
         self._closers.append(self.gateway.stop)
