@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from tests.support import count_rows, invoice_request
+from tollgate.api.surface import http_surface
 from tollgate.core.clock import SystemClock, new_id
 from tollgate.core.errors import NotFound
 from tollgate.db import Database
@@ -77,6 +78,48 @@ def test_every_route_needs_a_scope(stack, system_db, tenant, clean_db):
         ("GET", f"/webhook-endpoints/{some}/deliveries"),
     ]:
         assert ops.request(method, path).status == 403, (method, path)
+
+
+# Every operation that takes a request body and needs a scope, as the API's own route table declares them.
+SCOPED_WRITES = [o for o in http_surface() if o.scope is not None and o.method in {"POST", "PUT", "PATCH"}]
+# Bodies each of which the API would refuse as malformed (400, 415 or 422) from a key holding the scope.
+MALFORMED = {
+    "not-json": ("application/json", b"{not json"),
+    "not-an-object": ("application/json", b"[1, 2]"),
+    "wrong-fields": ("application/json", b'{"no": "such field"}'),
+    "not-json-media-type": ("text/plain", b"hello"),
+}
+
+
+@pytest.mark.parametrize("body_kind", MALFORMED)
+@pytest.mark.parametrize("operation", SCOPED_WRITES, ids=[f"{o.method} {o.path}" for o in SCOPED_WRITES])
+def test_a_key_lacking_the_scope_gets_403_before_its_malformed_body_is_read(
+    stack, system_db, tenant, clean_db, operation, body_kind
+):
+    """Given a key holding every scope but the one an operation needs, when it sends that operation a body
+    the API would refuse, the answer is the 403 for the scope: what the key may not send is never parsed,
+    so its validation errors tell it nothing. Ids in the path are well-formed and unknown."""
+    lacking = keyed_client(stack, system_db, tenant, *(ALL_SCOPES - {operation.scope}))
+    path = "/".join(str(uuid4()) if part.startswith("{") else part for part in operation.path.split("/"))
+    content_type, body = MALFORMED[body_kind]
+    before = count_rows(clean_db)
+
+    response = lacking.request(operation.method, path, raw_body=body, headers={"Content-Type": content_type})
+
+    assert_forbidden(response, operation.scope)
+    assert response.json["instance"] == path
+    assert count_rows(clean_db) == before
+
+
+def test_every_scoped_write_is_checked_above():
+    """The route table holds writes of every kind of scope, so the test above covers more than one."""
+    assert {o.scope for o in SCOPED_WRITES} >= {Scope.JOBS_WRITE, Scope.REVIEW, Scope.WEBHOOKS_ADMIN}
+
+
+def test_a_key_lacking_the_scope_gets_403_before_its_query_is_validated(stack, system_db, tenant, clean_db):
+    lacking = keyed_client(stack, system_db, tenant, *(ALL_SCOPES - {Scope.JOBS_READ}))
+
+    assert_forbidden(lacking.request("GET", "/extraction-jobs?limit=0&state=DONE"), "jobs:read")
 
 
 def test_keys_are_created_listed_and_revoked_and_a_revoked_key_stops_resolving(

@@ -9,7 +9,8 @@ import pytest
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 
 from stacks.config import REPO_ROOT
-from tollgate.api.surface import Operation, find_operation, http_surface, public
+from tollgate.api.surface import Operation, find_operation, http_surface, needs, public
+from tollgate.tenants.keys import Scope
 
 
 def test_the_surface_holds_every_documented_operation_and_the_public_document():
@@ -32,6 +33,26 @@ def test_a_route_added_to_the_app_is_in_its_surface_and_a_public_one_carries_its
         Operation("/status", "GET", "a load balancer's health check reads it"),
         Operation("/things/{thing_id}", "GET"),
     )
+
+
+def test_every_route_behind_the_authorizer_declares_the_scope_it_needs_and_a_public_one_none():
+    surface = http_surface()
+
+    assert [o for o in surface if o.public is None and o.scope is None] == []
+    assert [o.scope for o in surface if o.public is not None] == [None]
+
+
+def test_a_routes_scope_is_read_from_its_declaration_and_documented_as_its_security():
+    app = APIGatewayRestResolver()
+    app.post("/things", **needs(Scope.JOBS_WRITE))(lambda: Response(202))
+    app.get("/things", **needs(Scope.JOBS_READ))(lambda: Response(200))
+
+    assert http_surface(app) == (
+        Operation("/things", "GET", scope=Scope.JOBS_READ),
+        Operation("/things", "POST", scope=Scope.JOBS_WRITE),
+    )
+    document = json.loads((REPO_ROOT / "openapi.json").read_text())
+    assert document["paths"]["/extraction-jobs"]["post"]["security"] == [{"bearer": ["jobs:write"]}]
 
 
 def test_a_public_route_must_say_why():

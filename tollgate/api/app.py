@@ -4,6 +4,7 @@ router, the error handlers, and ``handle``, which a Lambda (or the local gateway
 from __future__ import annotations
 
 import json
+import weakref
 from typing import Any, cast
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
@@ -12,11 +13,17 @@ from tollgate import __version__
 from tollgate.api.deps import ApiDeps
 from tollgate.api.error_handlers import register_error_handlers
 from tollgate.api.json_body import load_request_json
-from tollgate.api.precheck import precheck
+from tollgate.api.precheck import precheck, scope_refusal
 from tollgate.api.problems import PROBLEM_CONTENT_TYPE
 from tollgate.api.routes import docs, jobs, reviews, usage, webhooks
+from tollgate.api.surface import BEARER_SCHEME, http_surface
 from tollgate.core.observability import log_context
 from tollgate.events import openapi_webhooks
+from tollgate.tenants.keys import Scope
+
+# Each app's scope per operation, (method, resource) -> scope, read from its routes once when it is made.
+ScopeTable = dict[tuple[str, str], Scope]
+_SCOPES: weakref.WeakKeyDictionary[APIGatewayRestResolver, ScopeTable] = weakref.WeakKeyDictionary()
 
 
 def create_app(
@@ -32,7 +39,12 @@ def create_app(
     app.include_router(usage.build_router(deps))
     app.include_router(docs.build_router(lambda: openapi_document(app)))
     register_error_handlers(app)
+    _SCOPES[app] = _scope_table(app)
     return app
+
+
+def _scope_table(app: APIGatewayRestResolver) -> ScopeTable:
+    return {(o.method, o.path): o.scope for o in http_surface(app) if o.scope is not None}
 
 
 def openapi_document(app: APIGatewayRestResolver) -> str:
@@ -43,8 +55,8 @@ def openapi_document(app: APIGatewayRestResolver) -> str:
         title="Tollgate",
         version=__version__,
         description="Asynchronous invoice extraction for many tenants. Errors are application/problem+json.",
-        security_schemes={"bearer": HTTPBearer(description="Authorization: Bearer <API key>")},
-        security=[{"bearer": []}],
+        security_schemes={BEARER_SCHEME: HTTPBearer(description="Authorization: Bearer <API key>")},
+        security=[{BEARER_SCHEME: []}],
     )
     parsed = json.loads(document)
     # What tenants' endpoints receive, from the same models as the committed event schemas.
@@ -61,7 +73,12 @@ def export_openapi() -> str:
 
 
 def handle(app: APIGatewayRestResolver, deps: ApiDeps, event: dict[str, Any], context: Any) -> dict[str, Any]:
-    refusal = precheck(event, deps.max_request_bytes)
+    # The scope first: a key that may not call an operation gets its 403 whatever it sent, before its body or
+    # parameters are read (API Gateway names the operation's resource, so nothing of the request is parsed).
+    scopes = _SCOPES.get(app) or _scope_table(app)
+    refusal = scope_refusal(event, scopes.get((str(event.get("httpMethod")), str(event.get("resource")))))
+    if refusal is None:
+        refusal = precheck(event, deps.max_request_bytes)
     if refusal is not None:
         return _raw(refusal)
     request = event.get("requestContext") or {}

@@ -1,5 +1,7 @@
-"""Refusals made before Powertools reads a request: a body that is not JSON by its media type, too large,
-not UTF-8, or an array. Each would otherwise fail inside the parser or be half-read."""
+"""Refusals made before Powertools reads a request: a key without the scope its operation needs, then a body
+that is not JSON by its media type, too large, not UTF-8, or an array. Each would otherwise fail inside the
+parser or be half-read, and a key's missing scope would be answered only after the request it may not send
+had been parsed and validated."""
 
 from __future__ import annotations
 
@@ -10,9 +12,29 @@ from typing import Any
 from aws_lambda_powertools.event_handler import Response
 
 from tollgate.api.problems import problem_response
-from tollgate.core.errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType, ValidationFailed
+from tollgate.api.routes.shared import tenant_holding
+from tollgate.core.errors import (
+    InvalidRequest,
+    PayloadTooLarge,
+    TollgateError,
+    UnsupportedMediaType,
+    ValidationFailed,
+)
+from tollgate.tenants.keys import Scope
 
 JSON_CONTENT_TYPE = re.compile(r"^application/json\s*(;.*)?$", re.IGNORECASE)
+
+
+def scope_refusal(event: dict[str, Any], scope: Scope | None) -> Response[str] | None:
+    """401 or 403 for a request whose operation needs ``scope``, when the authorizer's context lacks a tenant
+    or the key lacks the scope; None when the request may go on (or the operation is public)."""
+    if scope is None:
+        return None
+    try:
+        tenant_holding(event, scope)
+    except TollgateError as error:
+        return problem_response(error, event.get("path"))
+    return None
 
 
 def precheck(event: dict[str, Any], max_request_bytes: int) -> Response[str] | None:

@@ -4,6 +4,8 @@ One source for the deployed stage and the local system: ApiStack makes one API G
 (behind the authorizer unless the route declares itself public, with the reason), and the local gateway
 serves exactly these operations, answering any other as API Gateway answers a method it does not declare.
 A route added to a router is therefore deployed, authorized and served locally with nothing else to edit.
+Every other route declares the key scope it needs (``needs``), which the API checks before it reads the
+request (``tollgate.api.app.handle``) and the OpenAPI document states as the operation's security.
 """
 
 from __future__ import annotations
@@ -13,11 +15,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from tollgate.tenants.keys import Scope
+
 if TYPE_CHECKING:
     from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
 # The OpenAPI extension a route uses to declare itself public (see ``public``).
 PUBLIC_EXTENSION = "x-tollgate-public"
+# The OpenAPI security scheme of API keys (Authorization: Bearer <key>); a route's scope is its role name.
+BEARER_SCHEME = "bearer"
 
 
 def public(why: str) -> dict[str, Any]:
@@ -28,11 +34,19 @@ def public(why: str) -> dict[str, Any]:
     return {"openapi_extensions": {PUBLIC_EXTENSION: why}}
 
 
+def needs(scope: Scope) -> dict[str, Any]:
+    """Route options of a route behind the authorizer: the key scope it needs, as its OpenAPI security
+    requirement (OpenAPI 3.1 lets a bearer scheme list role names). The API refuses a key without it before
+    the request's body or parameters are read, so a key lacking the scope learns nothing about them."""
+    return {"security": [{BEARER_SCHEME: [scope.value]}]}
+
+
 @dataclass(frozen=True, order=True)
 class Operation:
     path: str  # API Gateway's form: /extraction-jobs/{job_id}
     method: str
     public: str | None = None  # why it needs no key; None: behind the authorizer
+    scope: Scope | None = None  # the key scope it needs (``needs``)
 
     @property
     def segments(self) -> tuple[str, ...]:
@@ -55,10 +69,19 @@ def http_surface(app: APIGatewayRestResolver | None = None) -> tuple[Operation, 
             path=route.openapi_path,
             method=route.method,
             public=(route.openapi_extensions or {}).get(PUBLIC_EXTENSION),
+            scope=_declared_scope(route.security),
         )
         for route in routes
     }
     return tuple(sorted(operations))
+
+
+def _declared_scope(security: list[dict[str, list[str]]] | None) -> Scope | None:
+    """The scope ``needs`` declared, from a route's security requirements."""
+    roles = [role for requirement in security or () for role in requirement.get(BEARER_SCHEME, ())]
+    if len(roles) > 1:
+        raise ValueError(f"a route needs one scope, not {roles}")
+    return Scope(roles[0]) if roles else None
 
 
 _PARAMETER = re.compile(r"\{[^{}/]+\}")

@@ -27,6 +27,7 @@ from tollgate.api.routes.shared import (
     path_id,
     problem_responses,
 )
+from tollgate.api.surface import needs
 from tollgate.core.job_states import JobState
 from tollgate.core.observability import trace_for_request
 from tollgate.tenants.keys import Scope
@@ -53,6 +54,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
             **problem_responses(400, 401, 403, 409, 413, 415, 422, 429, 503),
         },
         tags=TAGS,
+        **needs(Scope.JOBS_WRITE),
     )
     def create_job(
         request: Annotated[CreateJobRequest, Body()],
@@ -91,6 +93,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         summary="List the tenant's jobs, newest first",
         responses={**documented(JobPage, "A page of jobs"), **problem_responses(400, 401, 422)},
         tags=TAGS,
+        **needs(Scope.JOBS_READ),
     )
     def list_extraction_jobs(
         state: Annotated[JobState | None, Query(description="Only jobs in this state.")] = None,
@@ -107,6 +110,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         summary="One job",
         responses={**documented(JobView, "The job"), **problem_responses(401, 404)},
         tags=TAGS,
+        **needs(Scope.JOBS_READ),
     )
     def get_extraction_job(job_id: str) -> Response[str]:
         tenant_id = authenticated_tenant(router.current_event, Scope.JOBS_READ)
@@ -117,6 +121,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         summary="A finished job's validated extraction",
         responses={**documented(JobResultView, "The result"), **problem_responses(401, 404, 409)},
         tags=TAGS,
+        **needs(Scope.JOBS_READ),
     )
     def get_extraction_result(job_id: str) -> Response[str]:
         tenant_id = authenticated_tenant(router.current_event, Scope.JOBS_READ)
@@ -127,6 +132,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         summary="A job's attempts: outcome, model, tokens, cost and latency of each (needs ops:read)",
         responses={**documented(AttemptList, "The attempts, oldest first"), **problem_responses(401, 404)},
         tags=TAGS,
+        **needs(Scope.OPS_READ),
     )
     def get_extraction_attempts(job_id: str) -> Response[str]:
         tenant_id = authenticated_tenant(router.current_event, Scope.OPS_READ)
@@ -137,6 +143,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         summary="Cancel a job that has not started, waits for a retry, or waits in a provider batch",
         responses={**documented(JobView, "The cancelled job"), **problem_responses(401, 404, 409)},
         tags=TAGS,
+        **needs(Scope.JOBS_WRITE),
     )
     def cancel_extraction_job(job_id: str) -> Response[str]:
         tenant_id = authenticated_tenant(router.current_event, Scope.JOBS_WRITE)

@@ -20,6 +20,7 @@ from tollgate.api.routes.shared import (
     path_id,
     problem_responses,
 )
+from tollgate.api.surface import needs
 from tollgate.core.errors import InvalidRequest, PreconditionRequired
 from tollgate.review.models import ReviewDecided, ReviewDecisionRequest, ReviewPage, ReviewView
 from tollgate.review.service import (
@@ -69,6 +70,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         "broke that rule (a reason code such as total_mismatch). Pages are keyset cursors.",
         responses={**documented(ReviewPage, "A page of waiting reviews"), **problem_responses(400, 401, 422)},
         tags=TAGS,
+        **needs(Scope.REVIEW),
     )
     def list_waiting_reviews(
         reason: Annotated[
@@ -89,6 +91,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         "back as If-Match with the decision. 409 for a job that never went to review.",
         responses={**documented(ReviewView, "The review"), **problem_responses(401, 404, 409)},
         tags=TAGS,
+        **needs(Scope.REVIEW),
     )
     def get_job_review(job_id: str) -> Response[str]:
         tenant_id = authenticated_tenant(router.current_event, Scope.REVIEW)
@@ -110,6 +113,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
             **problem_responses(400, 401, 404, 409, 412, 422, 428),
         },
         tags=TAGS,
+        **needs(Scope.REVIEW),
     )
     def decide_job_review(
         job_id: str,

@@ -3,6 +3,8 @@ responses, and the responses a route documents in the OpenAPI document."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
 from uuid import UUID
 
 from aws_lambda_powertools.event_handler import Response
@@ -23,12 +25,17 @@ def new_router() -> APIGatewayRouter:
 
 def authenticated_tenant(event: BaseProxyEvent, scope: Scope) -> UUID:
     """The tenant from the authorizer's context (never from the request, which the tenant controls), when
-    the key holds ``scope``; 403 when it does not.
+    the key holds ``scope``; 403 when it does not."""
+    return tenant_holding(event.raw_event, scope)
+
+
+def tenant_holding(raw_event: Mapping[str, Any], scope: Scope) -> UUID:
+    """``authenticated_tenant`` on the event as Lambda receives it, for checks before Powertools reads it.
 
     A context without scopes was cached by API Gateway from an authorizer older than scopes, for a key made
     before them, and such keys hold every scope (migration 0013).
     """
-    authorizer = (event.raw_event.get("requestContext") or {}).get("authorizer") or {}
+    authorizer = (raw_event.get("requestContext") or {}).get("authorizer") or {}
     try:
         tenant_id = UUID(str(authorizer["tenant_id"]))
     except (KeyError, ValueError):

@@ -11,6 +11,7 @@ from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 
 from tollgate.api.deps import ApiDeps
 from tollgate.api.routes.shared import authenticated_tenant, documented, new_router, problem_responses
+from tollgate.api.surface import needs
 from tollgate.tenants.keys import Scope
 from tollgate.usage.service import UsageReport, get_usage, parse_usage_query, utc_today
 
@@ -33,6 +34,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         "the list price (cost_usd is what was paid).",
         responses={**documented(UsageReport, "Usage rows and their total"), **problem_responses(401, 422)},
         tags=["usage"],
+        **needs(Scope.JOBS_READ),
     )
     def read_usage(
         from_: Annotated[

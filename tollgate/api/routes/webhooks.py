@@ -20,6 +20,7 @@ from tollgate.api.routes.shared import (
     path_id,
     problem_responses,
 )
+from tollgate.api.surface import needs
 from tollgate.core.errors import TollgateError
 from tollgate.delivery.deliveries import (
     DeliveryList,
@@ -88,6 +89,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
             **problem_responses(400, 401, 415, 422),
         },
         tags=TAGS,
+        **needs(Scope.WEBHOOKS_ADMIN),
     )
     def create(request: Annotated[EndpointCreate, Body()]) -> Response[str]:
         tenant_id = authenticated_tenant(router.current_event, Scope.WEBHOOKS_ADMIN)
@@ -98,6 +100,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         summary="The tenant's endpoints",
         responses={**documented(EndpointList, "Endpoints"), **problem_responses(401)},
         tags=TAGS,
+        **needs(Scope.WEBHOOKS_ADMIN),
     )
     def list_all() -> Response[str]:
         tenant_id = authenticated_tenant(router.current_event, Scope.WEBHOOKS_ADMIN)
@@ -108,6 +111,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         summary="One endpoint",
         responses={**documented(EndpointView, "The endpoint"), **problem_responses(401, 404)},
         tags=TAGS,
+        **needs(Scope.WEBHOOKS_ADMIN),
     )
     def get_one(endpoint_id: str) -> Response[str]:
         tenant_id, endpoint = (
@@ -121,6 +125,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         summary="Change the URL, event types, description, or enable/disable",
         responses={**documented(EndpointView, "Updated"), **problem_responses(400, 401, 404, 415, 422)},
         tags=TAGS,
+        **needs(Scope.WEBHOOKS_ADMIN),
     )
     def update(endpoint_id: str, request: Annotated[EndpointUpdate, Body()]) -> Response[str]:
         tenant_id, endpoint = (
@@ -135,6 +140,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         # No content: without it, Powertools would document the handler's return type as a JSON body.
         responses={204: {"description": "Deleted", "content": {}}, **problem_responses(401, 404)},
         tags=TAGS,
+        **needs(Scope.WEBHOOKS_ADMIN),
     )
     def delete(endpoint_id: str) -> Response[str]:
         tenant_id, endpoint = (
@@ -149,6 +155,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         summary="New signing secret (shown once); the old one also signs for 24 hours",
         responses={**documented(EndpointWithSecret, "Rotated"), **problem_responses(401, 404)},
         tags=TAGS,
+        **needs(Scope.WEBHOOKS_ADMIN),
     )
     def rotate(endpoint_id: str) -> Response[str]:
         tenant_id, endpoint = (
@@ -162,6 +169,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         summary="The endpoint's deliveries, newest first, with every attempt",
         responses={**documented(DeliveryList, "Deliveries"), **problem_responses(401, 404, 422)},
         tags=TAGS,
+        **needs(Scope.WEBHOOKS_ADMIN),
     )
     def deliveries(endpoint_id: str, limit: Annotated[int, Query(ge=1, le=100)] = 20) -> Response[str]:
         tenant_id, endpoint = (
@@ -175,6 +183,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
         summary="Send one delivery again, with the same webhook-id",
         responses={**documented(ReplayResult, "Replay started", 202), **problem_responses(401, 404, 503)},
         tags=TAGS,
+        **needs(Scope.WEBHOOKS_ADMIN),
     )
     def replay_one(endpoint_id: str, delivery_id: str) -> Response[str]:
         # The ids first: one that is not a UUID is the 404 it is everywhere, even where replays answer 503.
@@ -193,6 +202,7 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
             **problem_responses(400, 401, 404, 415, 422, 503),
         },
         tags=TAGS,
+        **needs(Scope.WEBHOOKS_ADMIN),
     )
     def replay_since(endpoint_id: str, request: Annotated[ReplaySince, Body()]) -> Response[str]:
         tenant_id, endpoint = (
