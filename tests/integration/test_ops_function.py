@@ -265,6 +265,88 @@ def test_an_unreachable_database_is_a_503_dependency_problem(deps):
     assert problem(response)["type"] == "dependency-unavailable"
 
 
+# Text PostgreSQL cannot hold, and errors of the database about a command's values.
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"command": "tenants.create", "name": "ac\u0000me"}, "name"),
+        ({"command": "keys.list", "tenant": "ac\u0000me"}, "tenant"),
+        ({"command": "tenants.add-supplier", "tenant": "ac\u0000me", "supplier": "Muster GmbH"}, "tenant"),
+        ({"command": "tenants.set-retention", "tenant": "acme\u0000", "days": 30}, "tenant"),
+    ],
+    ids=["tenant-created", "tenant-looked-up", "supplier-added-for-it", "retention-set-for-it"],
+)
+def test_a_nul_in_a_name_is_answered_with_a_400_through_the_url_and_writes_nothing(
+    body, field, function, clean_db
+):
+    """Given a signed command whose tenant name holds a NUL (which PostgreSQL text cannot hold, and which
+    got no answer at all), when it is sent to the function's URL, the answer is a 400 problem naming the
+    field, and neither a tenant nor an audit row is written."""
+    raw = json.dumps(body).encode()
+
+    status, answer = post(function.url, raw, signed(function.url, raw, OPERATOR))
+
+    assert status == 400, answer
+    refusal = json.loads(answer)
+    assert refusal["type"] == "invalid-request"
+    assert f"{body['command']}.{field}: must not contain control characters" in refusal["detail"]
+    assert counts(clean_db) == (0, 0)
+
+
+class _Refusing:
+    """A database that refuses a value of the command, as PostgreSQL refuses a NUL in text or in JSON."""
+
+    q = None
+
+    @contextlib.contextmanager
+    def transaction(self, *args: Any) -> Iterator[None]:
+        raise psycopg.errors.UntranslatableCharacter("unsupported Unicode escape sequence")
+        yield
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_value_the_database_refuses_is_a_400_problem_not_a_missing_answer(deps):
+    refusing = replace(deps, support=replace(deps.support, db=_Refusing()))  # type: ignore[arg-type]
+
+    response = handle_function_url(refusing, event({"command": "keys.list", "tenant": "acme"}))
+
+    assert response["statusCode"] == 400
+    refusal = problem(response)
+    assert refusal["type"] == "invalid-request"
+    assert refusal["detail"] == "a value in the command cannot be stored: unsupported Unicode escape sequence"
+
+
+class _Broken:
+    """A database adapter with a bug: every transaction raises what no error mapping expects."""
+
+    q = None
+
+    @contextlib.contextmanager
+    def transaction(self, *args: Any) -> Iterator[None]:
+        raise RuntimeError("a bug")
+        yield
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_url_answers_a_function_that_raises_as_lambda_does(deps):
+    """A function that raises still gets its caller an answer: the 502 a function URL gives, not a dropped
+    connection."""
+    broken = LocalOpsFunction(replace(deps, support=replace(deps.support, db=_Broken()))).start()  # type: ignore[arg-type]
+    raw = json.dumps({"command": "keys.list", "tenant": "acme"}).encode()
+    try:
+        status, answer = post(broken.url, raw, signed(broken.url, raw, OPERATOR))
+    finally:
+        broken.stop()
+
+    assert (status, json.loads(answer)) == (502, {"Message": "Internal Server Error"})
+
+
 # The CLI's stage mode.
 
 

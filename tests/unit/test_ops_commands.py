@@ -3,6 +3,7 @@ run and one result model the CLI reads back, and a command is refused on anythin
 
 from __future__ import annotations
 
+import types
 import typing
 
 import pytest
@@ -76,6 +77,72 @@ def test_names_and_reasons_are_trimmed_before_they_are_checked():
     )
 
     assert isinstance(request, m.RetryJob) and request.reason == "why"
+
+
+def _takes_text(annotation: object) -> bool:
+    """``str``, a constrained ``str`` (Annotated), or either of them or None."""
+    if annotation is str:
+        return True
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _takes_text(typing.get_args(annotation)[0])
+    is_union = isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union
+    return is_union and any(_takes_text(arg) for arg in typing.get_args(annotation))
+
+
+def _text_fields() -> list[tuple[type[m.Command], str]]:
+    """Every field of every command that takes text, read from the models."""
+    return [
+        (command, name)
+        for command in _commands()
+        for name, field in command.model_fields.items()
+        if name != "command" and _takes_text(field.annotation)
+    ]
+
+
+TEXT_FIELDS = _text_fields()
+# Long enough for every text field's minimum length, short enough for every maximum.
+AROUND = "reason {} here"
+
+
+@pytest.mark.parametrize(
+    ("command", "field"),
+    TEXT_FIELDS,
+    ids=[f"{c.model_fields['command'].default}.{f}" for c, f in TEXT_FIELDS],
+)
+@pytest.mark.parametrize("character", ["\x00", "\x1b", "\x7f", "\x85"], ids=["NUL", "ESC", "DEL", "NEL"])
+def test_no_text_field_of_any_command_takes_a_control_character(command, field, character):
+    """Given a NUL, which PostgreSQL text cannot hold (the command got no answer at all), or another control
+    character, in any text field of any command, the command is refused at the boundary, naming the field."""
+    body = {"command": command.model_fields["command"].default, field: AROUND.format(character)}
+
+    with pytest.raises(ValidationError) as refused:
+        m.REQUEST.validate_python(body)
+
+    on_field = [e for e in refused.value.errors() if e["loc"][1:] == (field,)]
+    assert on_field and "control characters" in on_field[0]["msg"], refused.value.errors()
+
+
+def test_the_text_fields_checked_above_include_every_name_and_reason():
+    assert {
+        (m.CreateTenant, "name"),
+        (m.AddSupplier, "tenant"),
+        (m.AddSupplier, "supplier"),
+        (m.RetryJob, "reason"),
+        (m.DecideReview, "note"),
+    } <= set(TEXT_FIELDS)
+
+
+def test_a_reason_or_a_note_may_span_lines_and_a_name_may_not():
+    job = "00000000-0000-0000-0000-000000000001"
+    retry = m.REQUEST.validate_python({"command": "jobs.retry", "job_id": job, "reason": "outage\n\tover"})
+    decide = m.REQUEST.validate_python(
+        {"command": "reviews.decide", "job_id": job, "decision": "reject", "note": "not\r\nours"}
+    )
+
+    assert isinstance(retry, m.RetryJob) and retry.reason == "outage\n\tover"
+    assert isinstance(decide, m.DecideReview) and decide.note == "not\r\nours"
+    with pytest.raises(ValidationError, match="control characters"):
+        m.REQUEST.validate_python({"command": "tenants.create", "name": "ac\nme"})
 
 
 def test_the_ops_handler_keeps_its_responses_out_of_traces():

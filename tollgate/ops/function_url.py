@@ -122,6 +122,19 @@ def handle_function_url(deps: OpsDeps, event: dict[str, Any]) -> dict[str, Any]:
         logger.info("ops command refused", command=command, caller=caller.arn, problem=error.problem_type)
         extensions = json.loads(json.dumps(error.extensions, default=str))
         return _problem(error.status, error.problem_type, error.title, error.detail, **extensions)
+    except psycopg.DataError as error:
+        # A value PostgreSQL cannot store or compare (a NUL in text or JSON, a number out of range) that got
+        # past the models: the command is refused as the caller's, and its transaction rolled back.
+        logger.info(
+            "ops command refused by the database", command=command, caller=caller.arn, error=str(error)
+        )
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return _problem(
+            400,
+            "invalid-request",
+            "The request is malformed",
+            f"a value in the command cannot be stored: {reason}",
+        )
     except (psycopg.OperationalError, PoolTimeout) as error:
         logger.exception("ops command could not reach the database", command=command, caller=caller.arn)
         return _problem(503, DEPENDENCY_UNAVAILABLE, "Unavailable", f"cannot reach the database: {error}")

@@ -4,12 +4,13 @@ same models, so the two cannot drift apart."""
 
 from __future__ import annotations
 
+import unicodedata
 from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter
 
 from tollgate.core.job_states import JobState
 from tollgate.delivery.deliveries import DeliveryList
@@ -26,11 +27,44 @@ from tollgate.support.service import (
 from tollgate.tenants.retention import MAX_RETENTION_DAYS
 from tollgate.usage.service import UsageReport
 
-Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100)]
-Reason = Annotated[
-    str, StringConstraints(strip_whitespace=True, min_length=REASON_MIN, max_length=REASON_MAX)
+# Line breaks and tabs a reason or a note may hold; every other control character is refused.
+TEXT_LAYOUT = frozenset("\t\n\r")
+
+
+def _no_controls(allowed: frozenset[str]) -> AfterValidator:
+    """Refuses control characters (Unicode Cc) other than ``allowed``. PostgreSQL text cannot hold NUL, so
+    one would fail in the database after the command had started (no answer at all, before this check);
+    the others have no place in a name and would garble a listing or a terminal, so they are refused here,
+    at the boundary, before anything is written."""
+
+    def check(value: str) -> str:
+        for character in value:
+            if character not in allowed and unicodedata.category(character) == "Cc":
+                raise ValueError(f"must not contain control characters such as {character!r}")
+        return value
+
+    return AfterValidator(check)
+
+
+# One line of printable text: names of tenants, suppliers and job types, ids.
+Name = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100), _no_controls(frozenset())
 ]
-Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=1000)]
+Reason = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True, min_length=REASON_MIN, max_length=REASON_MAX),
+    _no_controls(TEXT_LAYOUT),
+]
+Text = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=1000), _no_controls(frozenset())
+]
+Note = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=3, max_length=1000), _no_controls(TEXT_LAYOUT)
+]
+SupplierName = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=300), _no_controls(frozenset())
+]
+Iban = Annotated[str, StringConstraints(max_length=64), _no_controls(frozenset())]
 
 
 class Command(BaseModel):
@@ -52,8 +86,8 @@ class CreateTenant(Command):
 class AddSupplier(Command):
     command: Literal["tenants.add-supplier"] = "tenants.add-supplier"
     tenant: Name
-    supplier: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=300)]
-    iban: Annotated[str, StringConstraints(max_length=64)] | None = None
+    supplier: SupplierName
+    iban: Iban | None = None
 
 
 class SetRetention(Command):
@@ -179,7 +213,7 @@ class DecideReview(Command):
     command: Literal["reviews.decide"] = "reviews.decide"
     job_id: UUID
     decision: Decision
-    note: Annotated[str, StringConstraints(strip_whitespace=True, min_length=3, max_length=1000)]
+    note: Note
     corrections: dict[str, Any] | None = None
     expect_version: int | None = Field(default=None, ge=1)
 
@@ -187,9 +221,9 @@ class DecideReview(Command):
 class GetUsage(Command):
     command: Literal["usage"] = "usage"
     tenant: Name | None = None
-    from_day: str | None = None
-    to_day: str | None = None
-    group_by: str = "job_type"
+    from_day: Name | None = None
+    to_day: Name | None = None
+    group_by: Name = "job_type"
 
 
 OpsRequest = Annotated[

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from aws_lambda_powertools import Logger
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
@@ -30,6 +31,8 @@ from botocore.credentials import Credentials
 from tollgate.ops.function_url import handle_function_url
 from tollgate.ops.service import OpsDeps
 from tollgate.support.configuration import LOCAL_AWS_KEY, LOCAL_AWS_REGION, LOCAL_AWS_SECRET
+
+logger = Logger(service="tollgate-local", child=True)
 
 # The account moto uses; the operator the local development credentials stand for.
 LOCAL_ACCOUNT = "123456789012"
@@ -200,7 +203,12 @@ class LocalOpsFunction:
             # Lambda's own answer: the function never runs, and nothing says which check failed.
             return 403, {"content-type": "application/json"}, b'{"Message":"Forbidden"}'
         event = function_url_event(method, path, headers, body, key=key, principal=principal)
-        response = handle_function_url(self._deps, event)
+        try:
+            response = handle_function_url(self._deps, event)
+        except Exception:
+            # What a function URL answers when its function raises: the caller always gets a response.
+            logger.exception("the operations function raised")
+            return 502, {"content-type": "application/json"}, b'{"Message":"Internal Server Error"}'
         out = {str(k): str(v) for k, v in (response.get("headers") or {}).items()}
         return int(response["statusCode"]), out, str(response.get("body") or "").encode("utf-8")
 
