@@ -14,6 +14,7 @@ from uuid import uuid4
 import psycopg
 from jsonschema import Draft202012Validator
 
+from tollgate.db.queries import Queries, load_queries
 from tollgate.events import EventPayload
 from tollgate.outbox.relay import OutboxEvent
 from tollgate.settings import REPO_ROOT
@@ -35,6 +36,52 @@ def count_rows(owner_url: str) -> dict[str, int]:
     )
     with psycopg.connect(owner_url) as conn:
         return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}  # type: ignore[index]
+
+
+PLAN_QUERIES_DIR = REPO_ROOT / "tests" / "queries"
+
+
+def plan_queries() -> Queries:
+    """The seeds of plan-shape tests (tests/queries/plan_shapes.sql)."""
+    return load_queries(PLAN_QUERIES_DIR)
+
+
+def query_plan(owner_url: str, sql: str, params: Mapping[str, Any] | None = None) -> str:
+    """EXPLAIN of ``sql`` with sequential scans priced out, planned on statistics of what the database
+    holds now.
+
+    Neither TRUNCATE (clean_db) nor an ANALYZE of an empty table removes a table's column statistics, so a
+    plan-shape test that seeds nothing plans with whatever rows the last analyze sampled: earlier tests'
+    rows, at a moment autovacuum chose. That made plans flip from run to run. The caller seeds every table
+    its query reads (tests/queries/plan_shapes.sql); the ANALYZE here makes the statistics a function of
+    that seed alone (it samples every row of tables this small).
+    """
+    with psycopg.connect(owner_url, autocommit=True) as conn:
+        conn.execute(plan_queries().analyze_database)
+        conn.execute("SET enable_seqscan = off")
+        return "\n".join(str(row[0]) for row in conn.execute("EXPLAIN " + sql, params).fetchall())
+
+
+def seed_review_shape(owner_url: str, tenant_id: Any, *, finished_before: datetime) -> None:
+    """A tenant's jobs as review leaves them after a while: thousands done, hundreds rejected by a reviewer
+    (a few not yet counted in the metrics), and sixty waiting, twenty of them for each of three reasons."""
+    q = plan_queries()
+    with psycopg.connect(owner_url) as conn:
+        row = conn.execute(q.seed_plan_document, {"tenant_id": tenant_id}).fetchone()
+        assert row is not None
+        for state, count in (("SUCCEEDED", 3000), ("REJECTED", 300), ("REVIEW_REQUIRED", 60)):
+            conn.execute(
+                q.seed_plan_jobs,
+                {
+                    "tenant_id": tenant_id,
+                    "document_id": row[0],
+                    "state": state,
+                    "count": count,
+                    "finished_before": finished_before,
+                },
+            )
+        conn.execute(q.seed_plan_results, {"tenant_id": tenant_id})
+        conn.execute(q.seed_plan_decisions, {"tenant_id": tenant_id, "uncounted": 20})
 
 
 def lease_job(

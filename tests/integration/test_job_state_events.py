@@ -28,7 +28,7 @@ from tests.integration.test_execution import (
     ok,
 )
 from tests.integration.test_reviews import decide, review, reviewing  # noqa: F401 (a fixture)
-from tests.support import invoice_request, job_row
+from tests.support import invoice_request, job_row, plan_queries, query_plan
 from tollgate.core.clock import FakeClock, SystemClock, new_id
 from tollgate.core.metrics import RecordedMetrics
 from tollgate.core.retry import RetryPolicy
@@ -445,10 +445,11 @@ def test_retention_deletes_old_state_events_in_bounded_batches(tenant, system_db
 def test_the_replay_queries_read_one_index_range_of_the_tenant(name, index, tenant, clean_db):
     """A subscribe's cost does not grow with the events kept: each query walks its index from the cursor or
     the window's start, never the tenant's whole history or the table."""
-    params = {"tenant_id": tenant.tenant_id, "after_seq": 0, "limit": 100, "since": T0}
-    sql = getattr(load_queries(), name)
     with psycopg.connect(clean_db) as conn:
-        conn.execute("SET enable_seqscan = off")
-        plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + sql, params).fetchall())
+        conn.execute(
+            plan_queries().seed_plan_state_events, {"tenant_id": tenant.tenant_id, "since": T0, "count": 5000}
+        )
+    params = {"tenant_id": tenant.tenant_id, "after_seq": 4900, "limit": 100, "since": T0}
+    plan = query_plan(clean_db, getattr(load_queries(), name), params)
 
     assert "Seq Scan on job_state_events" not in plan and f" {index} " in plan, plan

@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from typer.testing import CliRunner
 
-from tests.support import invoice_request
+from tests.support import invoice_request, plan_queries, query_plan
 from tollgate.cli.main import app
 from tollgate.core import checkpoints
 from tollgate.core.checkpoints import RETENTION_AFTER_ARCHIVE
@@ -829,6 +829,27 @@ BATCH_SCANS = {
 }
 
 
+def seed_retention_shape(seed: Seeder, system_db: Any, url: str) -> None:
+    """A fixed shape of what retention walks, so each scan is planned on the same statistics every run:
+    jobs finished over two months (the older half past a 30-day retention), a few unfinished, a settled
+    batch, and rows of the tables jobs do not fill (quarantine, object deletions, the replay log)."""
+    tenant_id = seed.tenant(system_db, "acme")
+    jobs = [
+        seed.finished_job(tenant_id, f"k-{day}", START - day * DAY, text=f"{IN_ROW} invoice {day}")
+        for day in range(60)
+    ]
+    for number, state in enumerate(("READY", "RUNNING", "RETRY_SCHEDULED")):
+        seed.unfinished_job(tenant_id, f"u-{number}", START, state, text=f"{IN_ROW} unfinished {number}")
+    seed.batch([(job_id, tenant_id) for job_id in jobs[40:50]], START - 45 * DAY)
+    q = plan_queries()
+    with psycopg.connect(url) as conn:
+        conn.execute(q.seed_plan_quarantine, {"before": START, "count": 200})
+        conn.execute(q.seed_plan_object_deletions, {"tenant_id": tenant_id, "before": START, "count": 200})
+        # Another tenant's log: the jobs above may have numbered events of their own tenant already.
+        other = seed.tenant(system_db, "other")
+        conn.execute(q.seed_plan_state_events, {"tenant_id": other, "since": START - 60 * DAY, "count": 2000})
+
+
 @pytest.mark.parametrize("name", BATCH_SCANS)
 def test_each_retention_batch_reads_through_its_index_not_a_table_scan(
     name: str, seed: Seeder, system_db: Any, clean_db: str
@@ -836,12 +857,9 @@ def test_each_retention_batch_reads_through_its_index_not_a_table_scan(
     """With sequential scans priced out, the plan must walk the batch's own index: another index would read
     more than the batch (all of a tenant's jobs, say), a Seq Scan would mean none serves it. Only tenants
     are walked whole, one probe each."""
-    seed.tenant(system_db, "acme")
+    seed_retention_shape(seed, system_db, clean_db)
     params, index = BATCH_SCANS[name]
-    sql = getattr(load_queries(), name)
-    with psycopg.connect(clean_db) as conn:
-        conn.execute("SET enable_seqscan = off")
-        plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + sql, params).fetchall())
+    plan = query_plan(clean_db, getattr(load_queries(), name), params)
 
     scanned = {
         line.split("Seq Scan on ")[1].split()[0] for line in plan.splitlines() if "Seq Scan on" in line
