@@ -136,11 +136,14 @@ def test_the_gateway_serves_the_same_request_whole_after_refusing_a_short_one(
     short_wait_stack, api_key, clean_db
 ):
     """A refusal costs only its own connection: the next request, framed right, is a job."""
-    exchange(short_wait_stack.api_url, job_request(api_key, str(len(BODY) + 1)), BODY, half_close=True)
+    refused = exchange(
+        short_wait_stack.api_url, job_request(api_key, str(len(BODY) + 1)), BODY, half_close=True
+    )
 
     answer = exchange(
         short_wait_stack.api_url, [*job_request(api_key, str(len(BODY))), "Connection: close"], BODY
     )
 
+    assert refused.status == 400, refused.body[:500]
     assert answer.status == 202, answer.body[:500]
     assert count_rows(clean_db)["extraction_jobs"] == 1

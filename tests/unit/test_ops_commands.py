@@ -122,7 +122,8 @@ def test_no_text_field_of_any_command_takes_a_control_character(command, field, 
     assert on_field and "control characters" in on_field[0]["msg"], refused.value.errors()
 
 
-def test_the_text_fields_checked_above_include_every_name_and_reason():
+def test_a_reason_or_a_note_may_span_lines_and_a_name_may_not():
+    # The fields the test above derives include every name and reason.
     assert {
         (m.CreateTenant, "name"),
         (m.AddSupplier, "tenant"),
@@ -130,9 +131,6 @@ def test_the_text_fields_checked_above_include_every_name_and_reason():
         (m.RetryJob, "reason"),
         (m.DecideReview, "note"),
     } <= set(TEXT_FIELDS)
-
-
-def test_a_reason_or_a_note_may_span_lines_and_a_name_may_not():
     job = "00000000-0000-0000-0000-000000000001"
     retry = m.REQUEST.validate_python({"command": "jobs.retry", "job_id": job, "reason": "outage\n\tover"})
     decide = m.REQUEST.validate_python(
