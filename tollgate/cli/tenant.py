@@ -135,6 +135,14 @@ def submit(
     api: ApiUrl = LOCAL_API_URL,
     key: ApiKey = None,
     output: OutputOption = Output.TABLE,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            "-q",
+            help="Print only the job's id (for a shell variable); the exit code still says how it ended.",
+        ),
+    ] = False,
 ) -> None:
     """Submit a job from FILE and print its id and Location; with --wait, follow it and print how it ended.
 
@@ -149,6 +157,9 @@ def submit(
     from tollgate.client.follow import StillRunning, wait_for_job
 
     api_key = _key(key)
+    if quiet and output is Output.JSON:
+        _fail("--quiet prints only the id; leave out --output json", EXIT_INPUT)
+    talk = output is Output.TABLE and not quiet
     try:
         body = request_body(file.read_text(encoding="utf-8"), job_type, options)
     except (BadInput, UnicodeDecodeError) as error:
@@ -166,20 +177,16 @@ def submit(
     location = client.absolute(headers.get("location") or job["links"]["self"])
     replayed = headers.get("idempotent-replayed") == "true"
     accepted = {"location": location, "idempotency_key": sent_key, "replayed": replayed}
-    if output is Output.TABLE:
-        _say(f"job             {job['job_id']}")
-        _say(f"location        {location}")
-        _say(f"idempotency key {sent_key}" + ("  (replayed: this key was used before)" if replayed else ""))
-        _say(f"type            {job['job_type']}")
+    _say_accepted(job, accepted, quiet=quiet, talk=talk)
     if not wait:
         if output is Output.JSON:
             _json({**accepted, "job": job})
-        else:
+        elif talk:
             _say(f"state           {job['state']} (version {job['state_version']})")
         return
 
     def changed(view: dict[str, Any]) -> None:
-        if output is Output.TABLE:
+        if talk:
             _say(f"state           {view['state']} (version {view['state_version']})")
 
     def retrying(error: Exception) -> None:
@@ -199,14 +206,30 @@ def submit(
         _fail(f"{still}: follow it with `tollgate jobs watch {job['job_id']}`", EXIT_FAILED)
     except ApiProblem as problem:
         _problem(problem)
-    _finish(client, final, output, accepted)
+    _finish(client, final, output, accepted, quiet=quiet)
 
 
-def _finish(client: TenantApi, job: dict[str, Any], output: Output, accepted: dict[str, Any]) -> NoReturn:
-    """Prints how the job ended and exits with its code."""
+def _say_accepted(job: dict[str, Any], accepted: dict[str, Any], *, quiet: bool, talk: bool) -> None:
+    if quiet:
+        _say(str(job["job_id"]))
+    if talk:
+        _say(f"job             {job['job_id']}")
+        _say(f"location        {accepted['location']}")
+        replayed = "  (replayed: this key was used before)" if accepted["replayed"] else ""
+        _say(f"idempotency key {accepted['idempotency_key']}{replayed}")
+        _say(f"type            {job['job_type']}")
+
+
+def _finish(
+    client: TenantApi, job: dict[str, Any], output: Output, accepted: dict[str, Any], *, quiet: bool = False
+) -> NoReturn:
+    """Prints how the job ended and exits with its code (quiet: only exits)."""
     from tollgate.client.api import ApiProblem, ApiUnreachable
 
     state = job["state"]
+    code = {"SUCCEEDED": 0, "REVIEW_REQUIRED": EXIT_REVIEW}.get(state, EXIT_FAILED)
+    if quiet:
+        raise typer.Exit(code)
     result: dict[str, Any] | None = None
     reasons: list[dict[str, Any]] | None = None
     unread = None
@@ -218,7 +241,6 @@ def _finish(client: TenantApi, job: dict[str, Any], output: Output, accepted: di
     except (ApiProblem, ApiUnreachable) as error:
         # The job's state is the answer; its result or review could not be read (say, a key without review).
         unread = str(error)
-    code = {"SUCCEEDED": 0, "REVIEW_REQUIRED": EXIT_REVIEW}.get(state, EXIT_FAILED)
     if output is Output.JSON:
         _json({**accepted, "job": job, "result": result, "review_reasons": reasons, "unread": unread})
         raise typer.Exit(code)
