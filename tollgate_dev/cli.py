@@ -144,6 +144,33 @@ def local_up(
         raise typer.Exit(exit_code)
 
 
+# The variables `tollgate local env` sets, and the discovery file's fact each one takes.
+LOCAL_ADDRESSES = {
+    "TOLLGATE_API_URL": "api_url",
+    "TOLLGATE_ERP_URL": "erp_url",
+    "TOLLGATE_FEED_URL": "websocket_url",
+}
+
+
+@local_app.command("env")
+def local_env(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
+    """Print the running local system's addresses as shell variables: `eval "$(tollgate local env)"`."""
+    import json
+    import shlex
+
+    from tollgate.support.configuration import DISCOVERY_FILE
+
+    path = data_dir.resolve() / DISCOVERY_FILE
+    try:
+        facts = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        typer.echo(f"the local system is not running (no {path}): `tollgate local up` starts it", err=True)
+        raise typer.Exit(1) from None
+    for variable, fact in LOCAL_ADDRESSES.items():
+        if facts.get(fact):
+            typer.echo(f"export {variable}={shlex.quote(str(facts[fact]))}")
+
+
 @local_app.command("demo")
 def local_demo(
     jobs_per_tenant: Annotated[int, typer.Option(min=1, max=500)] = 100,
