@@ -4,7 +4,7 @@ checks each against the output the README shows for it.
 The walkthrough is the part of README.md between ``<!-- walkthrough:start -->`` and ``<!-- walkthrough:end -->``.
 In a ```` ```console ```` block a line starting ``$ `` is a command (a trailing backslash continues it on the
 next line) and the lines after it, up to the next command, are what the README says it prints. A command
-passes when it exits 0 and its output has every job state, HTTP status and problem status that the README's
+passes when it exits 0 (or N, when its line ends with the comment ``# exits N``) and its output has every job state, HTTP status and problem status that the README's
 output for it names: ids, times and numbers differ from run to run; a state or a status is the point.
 """
 
@@ -37,6 +37,12 @@ class Command:
     text: str
     shown: str  # what the README shows it printing
 
+    @property
+    def exit_code(self) -> int:
+        """The exit code the README promises: 0, or the N of a closing ``# exits N`` comment."""
+        promised = re.search(r"#\s*exits (\d+)\s*$", self.text)
+        return int(promised.group(1)) if promised else 0
+
     def facts(self) -> list[str]:
         """The states and statuses the README's output for this command names, in order, once each."""
         found: list[str] = []
@@ -58,8 +64,10 @@ class Outcome:
         """Why this step does not do what the README says, or None."""
         if self.exit_code is None:
             return "did not finish"
-        if self.exit_code != 0:
-            return f"exited {self.exit_code}"
+        if self.exit_code != self.command.exit_code:
+            return f"exited {self.exit_code}" + (
+                f", not {self.command.exit_code} as the README says" if self.command.exit_code else ""
+            )
         printed = re.sub(r"\s+", "", self.output)
         missing = [fact for fact in self.command.facts() if fact not in printed]
         return f"the README shows {', '.join(missing)}; it printed none of that" if missing else None
@@ -114,7 +122,7 @@ def script(steps: list[Command]) -> str:
             step.text,
             "status=$?",
             f'echo "{DONE}{index}:$status"',
-            'if [ "$status" -ne 0 ]; then exit "$status"; fi',
+            f'if [ "$status" -ne {step.exit_code} ]; then exit 1; fi',
         ]
     return "\n".join(lines) + "\n"
 

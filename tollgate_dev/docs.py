@@ -1,14 +1,18 @@
-"""Generates the README's configuration reference from the settings models, and its job types table from the
-registry, so neither can drift from the code."""
+"""Generates the parts of the README that the code decides: its table of contents from its headings, the
+configuration reference from the settings models, the document limits from the models that enforce them,
+and the job types table from the registry, so none can drift."""
 
 from __future__ import annotations
 
 import json
+import re
+from typing import Any
 
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings
 
+from tollgate.core.documents import InlineDocument, OcrPage
 from tollgate.jobtypes.registry import JOB_TYPES
 from tollgate.settings import (
     REPO_ROOT,
@@ -38,6 +42,8 @@ ENTRYPOINTS: dict[str, type[BaseSettings]] = {
 }
 START, END = "<!-- configuration:start -->", "<!-- configuration:end -->"
 TYPES_START, TYPES_END = "<!-- job-types:start -->", "<!-- job-types:end -->"
+CONTENTS_START, CONTENTS_END = "<!-- contents:start -->", "<!-- contents:end -->"
+LIMITS_START, LIMITS_END = "<!-- document-limits:start -->", "<!-- document-limits:end -->"
 
 
 def _default(field: FieldInfo) -> str:
@@ -91,6 +97,50 @@ def job_types_reference() -> str:
     return "\n".join(lines)
 
 
+def _bound(metadata: list[Any], name: str) -> int:
+    return next(int(getattr(item, name)) for item in metadata if getattr(item, name, None) is not None)
+
+
+def document_limits() -> str:
+    """What a document may be, from the models and settings that refuse anything else."""
+    pages = InlineDocument.model_fields["pages"].metadata
+    text = OcrPage.model_fields["text"].metadata
+    largest = ApiSettings.model_fields["max_document_bytes"].default
+    return (
+        f"A document is {_bound(pages, 'min_length')} to {_bound(pages, 'max_length')} pages of OCR text "
+        f"(`document.pages[].text`), each page {_bound(text, 'min_length')} to {_bound(text, 'max_length')} "
+        f"characters, and at most {largest // 1024 // 1024} MiB in all (`MAX_DOCUMENT_BYTES`, UTF-8, pages "
+        "joined by a form feed), sent inline or stored in S3 and named by `s3_key` and `version_id`. "
+        "A larger one is `413 payload-too-large`; one outside the page bounds is `422`."
+    )
+
+
+def _anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def contents(readme: str) -> str:
+    """A table of contents: each section (``##``) under the contents, with its subsections (``###``)."""
+    body = readme.partition(CONTENTS_END)[2]
+    lines: list[str] = []
+    children = 0
+    fence = False
+    for line in body.splitlines():
+        fence = fence != line.startswith("```")
+        if fence or not line.startswith(("## ", "### ")):
+            continue
+        level, _, heading = line.partition(" ")
+        link = f"[{heading.replace('`', '')}](#{_anchor(heading.replace('`', ''))})"
+        if level == "##":
+            lines.append(f"- {link}")
+            children = 0
+        else:
+            lines[-1] += f"{' ·' if children else ':'} {link}"
+            children += 1
+    return "\n".join(lines)
+
+
 def _replace(text: str, start: str, end: str, body: str) -> str:
     head, _, rest = text.partition(start)
     _, _, tail = rest.partition(end)
@@ -98,6 +148,9 @@ def _replace(text: str, start: str, end: str, body: str) -> str:
 
 
 def render_readme(readme: str) -> str:
-    """The README with its generated sections (configuration, job types) replaced by their tables."""
+    """The README with its generated sections (contents, configuration, document limits, job types) in
+    place."""
     readme = _replace(readme, START, END, configuration_reference())
+    readme = _replace(readme, CONTENTS_START, CONTENTS_END, contents(readme))
+    readme = _replace(readme, LIMITS_START, LIMITS_END, document_limits())
     return _replace(readme, TYPES_START, TYPES_END, job_types_reference())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +22,9 @@ def local_stack(fresh_database, tmp_path) -> Iterator[Callable[..., LocalStack]]
 
     started: list[LocalStack] = []
 
-    def start(*, worker_overrides: dict[str, Any] | None = None, **simulator: Any) -> LocalStack:
+    def start(
+        *, worker_overrides: dict[str, Any] | None = None, data_dir: Path | None = None, **simulator: Any
+    ) -> LocalStack:
         url = fresh_database()
         apply_migrations(url, REPO_ROOT / "migrations")
         config = SimulatorConfig(
@@ -29,7 +32,7 @@ def local_stack(fresh_database, tmp_path) -> Iterator[Callable[..., LocalStack]]
         )
         local = LocalStack(
             port=0,
-            data_dir=tmp_path,
+            data_dir=data_dir or tmp_path,
             database_url=url,
             simulator_config=config,
             worker_overrides=worker_overrides or {},

@@ -33,6 +33,7 @@ $ printf '{{"status": 409, "state": "READY"}}\\n'
 $ printf 'HTTP/1.1 200 OK\\n'
 HTTP/1.1 200 OK
 ETag: "5"
+$ (exit 3)   # exits 3
 ```
 {END}
 """
@@ -46,13 +47,16 @@ def test_it_reads_the_console_commands_between_the_markers_with_their_shown_outp
         'echo "job of $NAME is \\\n    SUCCEEDED"',
         """printf '{"status": 409, "state": "READY"}\\n'""",
         "printf 'HTTP/1.1 200 OK\\n'",
+        "(exit 3)   # exits 3",
     ]
-    assert [command.line for command in found] == [11, 12, 22, 24]
+    assert [command.line for command in found] == [11, 12, 22, 24, 27]
+    assert [command.exit_code for command in found] == [0, 0, 0, 0, 3]
     assert [command.facts() for command in found] == [
         [],
         ["SUCCEEDED"],
         ["READY", '"status":409'],
         ["HTTP/1.1200"],
+        [],
     ]
 
 
@@ -62,7 +66,7 @@ def test_the_walkthrough_as_written_passes(tmp_path: Path) -> None:
     outcomes = run(steps, tmp_path, shell_environment(), timeout=60)
 
     assert report(steps, outcomes) == []
-    assert [outcome.exit_code for outcome in outcomes] == [0, 0, 0, 0]
+    assert [outcome.exit_code for outcome in outcomes] == [0, 0, 0, 0, 3]
 
 
 @pytest.mark.parametrize(
@@ -74,6 +78,8 @@ def test_the_walkthrough_as_written_passes(tmp_path: Path) -> None:
         ("""$ printf '{{"status": 409""", """$ printf '{{"status": 412"""),
         # A state the README promises that never comes (a result fetched before the job finished).
         ('    SUCCEEDED"', '    READY"'),
+        # A command that should end with a promised code and does not.
+        ("$ (exit 3)", "$ (exit 0)"),
     ],
 )
 def test_a_broken_command_is_named_with_its_readme_line(tmp_path: Path, broken: str, expected: str) -> None:
