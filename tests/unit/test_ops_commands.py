@@ -31,6 +31,7 @@ def test_the_brief_s_command_groups_are_all_there():
 
     assert {
         "tenants.create",
+        "tenants.list",
         "tenants.add-supplier",
         "tenants.set-retention",
         "tenants.unverified-ibans",
@@ -46,6 +47,7 @@ def test_the_brief_s_command_groups_are_all_there():
         "dlq.show",
         "dlq.redrive",
         "dlq.move-all",
+        "deliveries.endpoints",
         "deliveries.list",
         "deliveries.replay",
         "reviews.list",
@@ -63,6 +65,9 @@ def test_the_brief_s_command_groups_are_all_there():
         {"command": "dlq.redrive", "reason": "outage over", "limit": 0},
         {"command": "tenants.budget", "tenant": "acme", "monthly_usd": "Infinity"},
         {"command": "tenants.budget", "tenant": "acme", "monthly_usd": "-1"},
+        {"command": "jobs.list", "job_type": "invoice"},  # a filter the function would silently not apply
+        {"command": "reviews.list", "reason": "nope"},
+        {"command": "tenants.list", "limit": 0},
     ],
 )
 def test_a_command_outside_its_model_is_refused(body):

@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapte
 
 from tollgate.core.job_states import JobState
 from tollgate.delivery.deliveries import DeliveryList
+from tollgate.delivery.endpoints import EndpointList
+from tollgate.jobtypes.registry import JobTypeName, ReviewReasonCode
 from tollgate.review.models import Decision, ReviewDecided, ReviewPage, ReviewView
 from tollgate.support.service import (
     ACTOR_MAX,
@@ -23,6 +25,7 @@ from tollgate.support.service import (
     JobSummary,
     RedriveItem,
 )
+from tollgate.tenants.listing import MAX_TENANTS_LISTED, TenantSummary
 from tollgate.tenants.retention import MAX_RETENTION_DAYS
 from tollgate.usage.service import UsageReport
 
@@ -74,6 +77,11 @@ class SetBudget(Command):
     monthly_usd: Decimal | None = Field(ge=0, lt=Decimal(10) ** 8, allow_inf_nan=False)
 
 
+class ListTenants(Command):
+    command: Literal["tenants.list"] = "tenants.list"
+    limit: int = Field(default=100, ge=1, le=MAX_TENANTS_LISTED)
+
+
 class SyncUsageKeys(Command):
     command: Literal["tenants.sync-usage-keys"] = "tenants.sync-usage-keys"
 
@@ -102,6 +110,7 @@ class ListJobs(Command):
     command: Literal["jobs.list"] = "jobs.list"
     state: JobState | None = None
     tenant: Name | None = None
+    job_type: JobTypeName | None = None
     limit: int = Field(default=50, ge=1, le=1000)
 
 
@@ -145,6 +154,11 @@ class MoveAllDeadLetters(Command):
     max_per_second: int = Field(default=10, ge=1, le=500)
 
 
+class ListEndpoints(Command):
+    command: Literal["deliveries.endpoints"] = "deliveries.endpoints"
+    tenant: Name
+
+
 class ListDeliveries(Command):
     command: Literal["deliveries.list"] = "deliveries.list"
     tenant: Name
@@ -165,7 +179,7 @@ class ReplayDelivery(Command):
 
 class ListReviews(Command):
     command: Literal["reviews.list"] = "reviews.list"
-    reason: Text | None = None
+    reason: ReviewReasonCode | None = None
     tenant: Name | None = None
     limit: int = Field(default=50, ge=1, le=1000)
 
@@ -194,6 +208,7 @@ class GetUsage(Command):
 
 OpsRequest = Annotated[
     CreateTenant
+    | ListTenants
     | AddSupplier
     | SetRetention
     | SetUnverifiedIbans
@@ -209,6 +224,7 @@ OpsRequest = Annotated[
     | ShowDeadLetter
     | RedriveDeadLetters
     | MoveAllDeadLetters
+    | ListEndpoints
     | ListDeliveries
     | ReplayDelivery
     | ListReviews
@@ -246,6 +262,10 @@ class UsageKeysSynced(BaseModel):
 
     tenants: list[UUID]
     audit_id: int
+
+
+class TenantList(BaseModel):
+    tenants: list[TenantSummary]
 
 
 class KeyView(BaseModel):
@@ -329,6 +349,7 @@ class MovesStarted(BaseModel):
 
 RESULTS: dict[str, type[BaseModel]] = {
     "tenants.create": TenantCreated,
+    "tenants.list": TenantList,
     "tenants.add-supplier": Audited,
     "tenants.set-retention": Audited,
     "tenants.unverified-ibans": Audited,
@@ -344,6 +365,7 @@ RESULTS: dict[str, type[BaseModel]] = {
     "dlq.show": DeadLetterShown,
     "dlq.redrive": Redriven,
     "dlq.move-all": MovesStarted,
+    "deliveries.endpoints": EndpointList,
     "deliveries.list": DeliveryList,
     "deliveries.replay": Audited,
     "reviews.list": ReviewPage,
