@@ -31,8 +31,8 @@ OutputOption = Annotated[
 DataDir = Annotated[
     Path,
     typer.Option(
-        help="The local system's folder, used when the environment names no database: a running "
-        "`tollgate local up` there (its local.json), else its embedded PostgreSQL."
+        help="The local system's folder: where `tollgate local up` keeps its embedded PostgreSQL and its "
+        "local.json, and where every other command looks for them when the environment names no database."
     ),
 ]
 DEFAULT_DATA_DIR = Path(".tollgate")
