@@ -215,15 +215,16 @@ def tenants_list(
 ) -> None:
     """Every tenant by name: its id, when it was made, its live keys and webhook endpoints, and the
     retention and monthly budget it has of its own."""
-    from tollgate.ops import models as ops
+    from tollgate.cli.lazy import Deferred
 
+    ops = Deferred("tollgate.ops.models")  # imported only in stage mode
     listed = _in_stage(ops.ListTenants, ops.TenantList, limit=limit)
     if listed is None:
-        from tollgate.tenants.listing import list_tenants
+        from tollgate.tenants.listing import TenantList, list_tenants
 
         db = _system_db(data_dir)
         try:
-            listed = ops.TenantList(tenants=list_tenants(db, limit))
+            listed = TenantList(tenants=list_tenants(db, limit))
         finally:
             db.close()
     if output is Output.JSON:
@@ -529,17 +530,19 @@ def keys_list(
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
     """A tenant's keys, newest first: id, prefix, scopes, created, revoked."""
-    from tollgate.ops import models as ops
+    from tollgate.cli.lazy import Deferred
 
+    ops = Deferred("tollgate.ops.models")  # imported only in stage mode
     listed = _in_stage(ops.ListKeys, ops.KeyList, tenant=tenant)
     if listed is None:
         from tollgate.core.errors import TollgateError
         from tollgate.tenants.keys import list_keys
+        from tollgate.tenants.listing import KeyList
         from tollgate.tenants.suppliers import find_tenant
 
         db = _system_db(data_dir)
         try:
-            listed = ops.KeyList(keys=list_keys(db, find_tenant(db, tenant)))
+            listed = KeyList.model_validate({"keys": list_keys(db, find_tenant(db, tenant))})
         except TollgateError as error:
             _refused(error)
         finally:

@@ -91,8 +91,10 @@ class OpsClient:
         from botocore.awsrequest import AWSRequest
         from pydantic import ValidationError
 
+        from tollgate.cli.lazy import resolve
         from tollgate.ops.models import RESULTS
 
+        result = resolve(result)
         command = getattr(request, "command", "")
         if RESULTS.get(command) is not result:
             raise TypeError(f"{command!r} does not answer with {result.__name__}")

@@ -4,7 +4,6 @@ same models, so the two cannot drift apart."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 from uuid import UUID
@@ -25,7 +24,9 @@ from tollgate.support.service import (
     JobSummary,
     RedriveItem,
 )
-from tollgate.tenants.listing import MAX_TENANTS_LISTED, TenantSummary
+from tollgate.tenants.listing import MAX_TENANTS_LISTED, KeyList, KeyView, TenantList
+
+__all__ = ["KeyList", "KeyView", "TenantList"]  # the tenants' views, answered here as the CLI prints them
 from tollgate.tenants.retention import MAX_RETENTION_DAYS
 from tollgate.usage.service import UsageReport
 
@@ -262,22 +263,6 @@ class UsageKeysSynced(BaseModel):
 
     tenants: list[UUID]
     audit_id: int
-
-
-class TenantList(BaseModel):
-    tenants: list[TenantSummary]
-
-
-class KeyView(BaseModel):
-    key_id: UUID
-    key_prefix: str
-    scopes: list[str]
-    created_at: datetime
-    revoked_at: datetime | None
-
-
-class KeyList(BaseModel):
-    keys: list[KeyView]
 
 
 class Audited(BaseModel):

@@ -1,5 +1,6 @@
-"""Every tenant at a glance, for operators: its name and id, when it was made, its live API keys and
-webhook endpoints, and the retention and budget it has of its own."""
+"""Tenants and their keys as operators list them: every tenant with its live API keys and webhook endpoints
+and the retention and budget it has of its own; a tenant's keys without their hashes. The views the CLI
+prints and the operations function answers with, light enough for the CLI's read commands to import."""
 
 from __future__ import annotations
 
@@ -22,6 +23,22 @@ class TenantSummary(BaseModel):
     webhook_endpoints: int
     retention_days: int | None  # None: the deployment's default
     monthly_budget_usd: Decimal | None  # None: no budget
+
+
+class TenantList(BaseModel):
+    tenants: list[TenantSummary]
+
+
+class KeyView(BaseModel):
+    key_id: UUID
+    key_prefix: str
+    scopes: list[str]
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class KeyList(BaseModel):
+    keys: list[KeyView]
 
 
 def list_tenants(db: Database, limit: int) -> list[TenantSummary]:
