@@ -167,12 +167,30 @@ class ApiSettings(DatabaseSettings, AdmissionSettings, ExtractionSettings, Prici
     )
 
 
-class AuthorizerSettings(DatabaseSettings):
-    """The API key authorizer Lambda."""
+class KeyCacheSettings(BaseSettings):
+    """How long a resolved API key stays cached: the authorizer's setting, which `tollgate tenants keys
+    revoke` also reads to say how long a revoked key may still be admitted."""
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
 
     api_key_cache_ttl_seconds: int = Field(
         default=60, ge=0, description="How long a resolved key stays cached in a warm function."
     )
+
+
+class AuthorizerSettings(KeyCacheSettings, DatabaseSettings):
+    """The API key authorizer Lambda."""
+
+
+class StageModeSettings(BaseSettings):
+    """`tollgate --stage|--ops-url`: the region of the operator's shell when the function's URL does not name
+    one. AWS_REGION is what the AWS CLI and most SDKs read; botocore reads only AWS_DEFAULT_REGION (and the
+    profile's region)."""
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    aws_region: str | None = Field(default=None, description="The region the stage is deployed in.")
+    aws_default_region: str | None = Field(default=None, description="Used when AWS_REGION is not set.")
 
 
 class TenantProvisioningSettings(BaseSettings):

@@ -475,7 +475,9 @@ def build_support(
     login name."""
     from tollgate.support.service import SupportDeps, TypeQueues
 
-    session = _aws_session(aws)
+    arn = settings.webhook_state_machine_arn
+    # boto3 only for a command that uses AWS: reading jobs and deliveries needs the database alone.
+    session = _aws_session(aws) if isinstance(settings, SupportSettings) or arn else None
     endpoint_url = aws.url if aws else None
     # Clients first: one that cannot be made (no region, say) then leaves no database pool behind.
     sqs: SQSClient | None = None
@@ -486,7 +488,6 @@ def build_support(
             job_type: TypeQueues(url, settings.job_dlq_urls[job_type])
             for job_type, url in settings.job_queue_urls.items()
         }
-    arn = settings.webhook_state_machine_arn
     starter = (
         StepFunctionsStarter(
             aws_client("stepfunctions", entrypoint=entrypoint, session=session, endpoint_url=endpoint_url),

@@ -1,6 +1,8 @@
 """The development package's commands, added to ``tollgate`` through the ``tollgate.cli`` entry point:
 ``local up|demo|chaos`` run the whole system on this machine, ``docs`` regenerates the README's configuration
-reference; and where DATABASE_URL is not set, every command uses the embedded PostgreSQL."""
+reference; and where neither the environment nor a running ``local up`` names a database, every command uses
+the embedded PostgreSQL (tollgate.cli.connect). Loaded only when a command needs it, so importing it is
+cheap: the local system's modules are imported by the commands that run it."""
 
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ import typer
 from rich.console import Console
 
 from tollgate.cli import main as cli
-from tollgate.settings import REPO_ROOT
 
 if TYPE_CHECKING:
     from tollgate_dev.local.ports import PortsUnavailable
@@ -29,10 +30,14 @@ def register(app: typer.Typer) -> None:
 
 
 def embedded_database_url(data_dir: Path) -> str:
-    """The embedded server that `tollgate local up` also uses, kept in ``data_dir``."""
+    """The embedded server that `tollgate local up` also uses, kept in ``data_dir``, migrated as `local up`
+    migrates it. Started for this command when it is not running, and stopped when the command ends."""
+    from tollgate.db.migrations import apply_migrations
+    from tollgate.settings import MIGRATIONS_DIR
     from tollgate_dev.local.postgres import server_url
 
     url, _handle = server_url(data_dir.resolve() / "pgdata")
+    apply_migrations(url, MIGRATIONS_DIR)
     return url
 
 
@@ -223,6 +228,7 @@ def local_chaos(
 
 def docs(check: Annotated[bool, typer.Option(help="Fail if README.md is out of date.")] = False) -> None:
     """Regenerate README.md's configuration reference from the settings models."""
+    from tollgate.settings import REPO_ROOT
     from tollgate_dev.docs import render_readme
 
     readme_path = REPO_ROOT / "README.md"

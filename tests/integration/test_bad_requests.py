@@ -157,6 +157,12 @@ CASES = {
         422,
         "validation-failed",
     ),
+    "list-unknown-job-type": (
+        {"method": "GET", "path": "/extraction-jobs?job_type=invoice"},
+        422,
+        "validation-failed",
+    ),
+    "reviews-unknown-reason": ({"method": "GET", "path": "/reviews?reason=nope"}, 422, "validation-failed"),
     "list-forged-cursor": (
         {"method": "GET", "path": "/extraction-jobs?cursor=bm9wZQ"},
         400,

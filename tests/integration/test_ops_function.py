@@ -364,6 +364,7 @@ NO_JOB = "00000000-0000-0000-0000-00000000beef"
         (("tenants", "set-retention", "nobody", "30"), "no tenant named 'nobody'"),
         (("jobs", "show", NO_JOB), f"no job {NO_JOB}"),
         (("jobs", "list", "--tenant", "nobody"), "no tenant named 'nobody'"),
+        (("deliveries", "endpoints", "--tenant", "nobody"), "no tenant named 'nobody'"),
         (("reviews", "show", NO_JOB), NO_JOB),
         (("usage", "--from", "2026-13-01"), "not a date"),
     ],
@@ -443,10 +444,15 @@ def test_a_stage_without_an_ops_stack_is_a_clear_exit_1(local_aws):
     "args",
     [
         ("tenants", "keys", "list", "acme"),
-        ("usage", "--tenant", "acme", "--from", "2026-01-01", "--to", "2026-01-31", "--json"),
+        ("usage", "--tenant", "acme", "--from", "2026-01-01", "--to", "2026-01-31", "--output", "json"),
         ("usage", "--from", "2026-01-01", "--to", "2026-01-31"),
         ("jobs", "list", "--tenant", "acme", "--output", "json"),
-        ("reviews", "list", "--json"),
+        ("reviews", "list", "--output", "json"),
+        ("tenants", "list"),
+        ("tenants", "list", "-o", "json"),
+        ("tenants", "keys", "list", "acme", "-o", "json"),
+        ("jobs", "list", "--type", "invoice_extraction", "-o", "json"),
+        ("deliveries", "endpoints", "--tenant", "acme"),
     ],
 )
 def test_stage_mode_prints_what_local_mode_prints(args, deps, function, clean_db, monkeypatch, tmp_path):

@@ -49,7 +49,7 @@ def test_the_queue_lists_oldest_first_with_reasons_and_filters_by_one(reviews, c
     (wrong_total, wrong_currency), data_dir = reviews
 
     listed = cli(data_dir, "reviews", "list")
-    filtered = cli(data_dir, "reviews", "list", "--reason", "currency_not_allowed", "--json")
+    filtered = cli(data_dir, "reviews", "list", "--reason", "currency_not_allowed", "-o", "json")
 
     assert listed.exit_code == 0, listed.output
     assert listed.stdout.index(wrong_total) < listed.stdout.index(wrong_currency)
@@ -61,11 +61,22 @@ def test_the_queue_lists_oldest_first_with_reasons_and_filters_by_one(reviews, c
     assert items[0]["tenant"] == "acme"
 
 
+def test_an_unknown_reason_is_an_error_that_names_the_reasons_not_an_empty_queue(reviews):
+    _, data_dir = reviews
+
+    result = cli(data_dir, "reviews", "list", "--reason", "nope")
+
+    assert result.exit_code == 2
+    assert "'nope' is not a review reason" in result.stderr
+    assert "total_mismatch" in result.stderr and "currency_not_allowed" in result.stderr
+    assert result.stdout == ""
+
+
 def test_show_prints_the_reasons_and_each_values_evidence_in_the_document(reviews):
     (wrong_total, _), data_dir = reviews
 
     shown = cli(data_dir, "reviews", "show", wrong_total)
-    as_json = cli(data_dir, "reviews", "show", wrong_total, "--json")
+    as_json = cli(data_dir, "reviews", "show", wrong_total, "--output", "json")
 
     assert shown.exit_code == 0, shown.output
     assert "total_mismatch (total)" in shown.stdout

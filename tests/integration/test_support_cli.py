@@ -26,6 +26,7 @@ from tests.integration.test_execution import (
 )
 from tests.integration.test_support import audit, exhaust
 from tests.support import invoice_request, job_row
+from tollgate.cli import connect
 from tollgate.cli import support as support_cli
 from tollgate.cli.main import app
 from tollgate.core.clock import new_id
@@ -158,6 +159,57 @@ def test_an_unknown_tenant_is_an_error_not_an_empty_list(only_database, tenant, 
     assert result.stdout == ""
 
 
+SUMMARY = {"job_type": "document_summary", "document": {"pages": [{"text": "Minutes of the board, 3 May."}]}}
+
+
+def test_jobs_list_shows_each_jobs_type_and_filters_by_it(only_database, tenant):
+    invoice = tenant.client.submit(invoice_request(TEXT), "invoice").json["job_id"]
+    summary = tenant.client.submit(SUMMARY, "summary").json["job_id"]
+
+    table = cli(only_database, "jobs", "list", columns=200)
+    summaries = cli(only_database, "jobs", "list", "--type", "document_summary", "-o", "json")
+
+    assert table.exit_code == 0, table.output
+    [invoice_line] = [line for line in table.stdout.splitlines() if invoice in line]
+    [summary_line] = [line for line in table.stdout.splitlines() if summary in line]
+    assert "invoice_extraction" in invoice_line and "document_summary" in summary_line
+    assert [(j["job_id"], j["job_type"]) for j in json.loads(summaries.stdout)] == [
+        (summary, "document_summary")
+    ]
+
+
+def test_an_unknown_job_type_is_an_error_that_names_the_types(only_database, tenant):
+    tenant.client.submit(invoice_request(TEXT), "k")
+
+    result = cli(only_database, "jobs", "list", "--type", "invoice")
+
+    assert result.exit_code == 2
+    assert "'invoice' is not a job type" in result.stderr
+    assert all(name in result.stderr for name in ("invoice_extraction", "document_summary"))
+    assert result.stdout == ""
+
+
+def test_a_tenants_webhook_endpoints_give_the_ids_deliveries_list_takes(only_database, tenant):
+    created = tenant.client.request(
+        "POST", "/webhook-endpoints", json_body={"url": "https://erp.example.com/hooks"}
+    )
+    assert created.status == 201, created.body
+    endpoint_id = created.json["endpoint_id"]
+
+    table = cli(only_database, "deliveries", "endpoints", "--tenant", "acme")
+    as_json = cli(only_database, "deliveries", "endpoints", "--tenant", "acme", "-o", "json")
+    deliveries = cli(only_database, "deliveries", "list", "--tenant", "acme", "--endpoint", endpoint_id)
+    nobody = cli(only_database, "deliveries", "endpoints", "--tenant", "nosuch")
+
+    assert table.exit_code == 0, table.output
+    assert endpoint_id in table.stdout and "https://erp.example.com/hooks" in table.stdout
+    [endpoint] = json.loads(as_json.stdout)
+    assert (endpoint["endpoint_id"], endpoint["enabled"]) == (endpoint_id, True)
+    assert "secret" not in endpoint, "the signing secret is shown once, at registration"
+    assert deliveries.exit_code == 0, deliveries.output
+    assert nobody.exit_code == 2 and "no tenant named 'nosuch'" in nobody.stderr
+
+
 def test_an_unknown_state_is_an_error_that_names_the_states(only_database, tenant):
     result = cli(only_database, "jobs", "list", "--state", "BOGUS")
 
@@ -267,6 +319,71 @@ def test_against_the_local_system_the_cli_leaves_the_environment_as_it_was(local
     assert [j["job_id"] for j in json.loads(jobs.stdout)] == [job_id]
     shown = cli(data_dir, "dlq", "show", letter["message_id"], "-o", "json")
     assert json.loads(shown.stdout)["body"]["payload"]["job_id"] == job_id
+
+
+@pytest.fixture
+def no_database_named(monkeypatch, stack, clean_db, tmp_path):
+    """A shell that names no database, and a fallback (as the development package's embedded server is)
+    that records each time a command asks it for one."""
+    for name in (*SETTINGS, *FAKE_AWS_ENV, "AWS_ENDPOINT_URL", "MOTO_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    asked: list[Path] = []
+
+    def embedded(data_dir: Path) -> str:
+        asked.append(data_dir)
+        return clean_db
+
+    monkeypatch.setattr(connect, "database_fallbacks", [embedded])
+    monkeypatch.setattr(connect, "plugin_loader", [])
+    return tmp_path, asked
+
+
+# One read command of each way commands used to find their database: the support commands (which needed
+# a running `local up`) and the tenants, keys and usage commands (which started the embedded server).
+EVERY_KIND = [
+    ("jobs", "list", "-o", "json"),
+    ("reviews", "list", "-o", "json"),
+    ("tenants", "keys", "list", "acme", "-o", "json"),
+    ("tenants", "list", "-o", "json"),
+    ("usage", "-o", "json"),
+]
+
+
+@pytest.mark.parametrize("args", EVERY_KIND, ids=lambda args: " ".join(args[:2]))
+def test_without_local_up_every_command_uses_the_database_the_fallback_offers(
+    no_database_named, tenant, args
+):
+    data_dir, asked = no_database_named
+
+    result = cli(data_dir, *args)
+
+    assert result.exit_code == 0, result.output
+    json.loads(result.stdout)
+    assert asked == [data_dir]
+
+
+@pytest.mark.parametrize("args", EVERY_KIND, ids=lambda args: " ".join(args[:2]))
+def test_with_local_up_running_every_command_uses_its_database_and_starts_none(
+    no_database_named, tenant, clean_db, args
+):
+    data_dir, asked = no_database_named
+    (data_dir / "local.json").write_text(json.dumps({"database_url": clean_db}), encoding="utf-8")
+
+    result = cli(data_dir, *args)
+
+    assert result.exit_code == 0, result.output
+    json.loads(result.stdout)
+    assert asked == [], "a running local up's database is used, not a second one started"
+
+
+def test_a_command_that_needs_queues_starts_no_database_to_say_what_it_misses(no_database_named):
+    data_dir, asked = no_database_named
+
+    result = cli(data_dir, "dlq", "list")
+
+    assert result.exit_code == 2
+    assert "JOB_QUEUE_URLS is not set" in result.stderr and "tollgate local up" in result.stderr
+    assert asked == []
 
 
 def test_the_local_credentials_are_the_ones_the_local_system_uses():

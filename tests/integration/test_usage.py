@@ -280,11 +280,11 @@ def test_the_usage_cli_shows_batch_attempts_and_the_discount(
         assert result.exit_code == 0, result.output
         return result.output
 
-    report = json.loads(cli("--json"))
+    report = json.loads(cli("--output", "json"))
     [row] = report["rows"]
     assert (row["tenant"], row["batch_attempts"], row["batch_discount_usd"]) == ("acme", 1, "0.000420")
     assert report["total"]["batch_discount_usd"] == "0.000420"
-    mine = json.loads(cli("--tenant", "acme", "--json"))
+    mine = json.loads(cli("--tenant", "acme", "-o", "json"))
     assert mine["total"]["batch_attempts"] == 1
 
     table = cli("--group-by", "model")

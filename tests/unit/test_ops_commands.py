@@ -32,6 +32,7 @@ def test_the_brief_s_command_groups_are_all_there():
 
     assert {
         "tenants.create",
+        "tenants.list",
         "tenants.add-supplier",
         "tenants.set-retention",
         "tenants.unverified-ibans",
@@ -47,6 +48,7 @@ def test_the_brief_s_command_groups_are_all_there():
         "dlq.show",
         "dlq.redrive",
         "dlq.move-all",
+        "deliveries.endpoints",
         "deliveries.list",
         "deliveries.replay",
         "reviews.list",
@@ -64,6 +66,9 @@ def test_the_brief_s_command_groups_are_all_there():
         {"command": "dlq.redrive", "reason": "outage over", "limit": 0},
         {"command": "tenants.budget", "tenant": "acme", "monthly_usd": "Infinity"},
         {"command": "tenants.budget", "tenant": "acme", "monthly_usd": "-1"},
+        {"command": "jobs.list", "job_type": "invoice"},  # a filter the function would silently not apply
+        {"command": "reviews.list", "reason": "nope"},
+        {"command": "tenants.list", "limit": 0},
     ],
 )
 def test_a_command_outside_its_model_is_refused(body):

@@ -391,7 +391,13 @@ def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
 
 
 def list_jobs(
-    db: Database, tenant_id: UUID, *, state: JobState | None, limit: int, cursor: str | None
+    db: Database,
+    tenant_id: UUID,
+    *,
+    state: JobState | None,
+    limit: int,
+    cursor: str | None,
+    job_type: str | None = None,
 ) -> JobPage:
     after_created_at, after_job_id = decode_cursor(cursor) if cursor else (None, None)
     with db.transaction(tenant_id) as conn:
@@ -400,6 +406,7 @@ def list_jobs(
             {
                 "tenant_id": tenant_id,
                 "state": state.value if state else None,
+                "job_type": job_type,
                 "after_created_at": after_created_at,
                 "after_job_id": after_job_id,
                 "limit": limit + 1,

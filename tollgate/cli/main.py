@@ -2,33 +2,35 @@
 support commands.
 
 Other packages add commands through the ``tollgate.cli`` entry point group: the development package adds
-``local up|demo|chaos`` and ``docs``, and says where the database is when DATABASE_URL does not. This module
-imports none of them by name.
+``local up|demo|chaos`` and ``docs``, and says where the database is when neither the environment nor a
+running ``local up`` does. This module imports none of them by name, and loads them only for a command or a
+help page that needs them.
+
+Every command finds its database the same way (``tollgate.cli.connect``). What a command needs is imported
+when it runs: ``tollgate --help`` imports neither psycopg, boto3 nor pydantic.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from enum import StrEnum
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
-from pydantic import BaseModel, SecretStr, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
-from rich.console import Console
 
+from tollgate.cli.connect import database_fallbacks, plugin_loader, system_database
+from tollgate.cli.options import DEFAULT_DATA_DIR, DataDir, Output, OutputOption
 from tollgate.cli.remote import Target, choose, command, remote
 from tollgate.cli.remote import target as remote_stage_chosen
 from tollgate.cli.reviews import reviews_app
-from tollgate.cli.support import deliveries_app, dlq_app, jobs_app
+from tollgate.cli.support import _json, _table, deliveries_app, dlq_app, jobs_app
 from tollgate.cli.tenant import register as register_tenant_commands
-from tollgate.settings import MIGRATIONS_DIR, REPO_ROOT, DatabaseSettings
 
 if TYPE_CHECKING:
-    from tollgate.db import Database
+    from pydantic import BaseModel
+
+__all__ = ["DEFAULT_DATA_DIR", "DataDir", "app", "database_fallbacks", "main"]
 
 app = typer.Typer(
     help="Tollgate: asynchronous, rate-limited LLM jobs for many tenants.", no_args_is_help=True
@@ -45,8 +47,25 @@ app.add_typer(deliveries_app, name="deliveries")
 app.add_typer(reviews_app, name="reviews")
 register_tenant_commands(app, jobs_app)
 
-console = Console()
-R = TypeVar("R", bound=BaseModel)
+R = TypeVar("R", bound="BaseModel")
+
+
+class _Console:
+    """A rich console made at each use: rich is imported only by a command that prints through it, and the
+    width and stream are the current ones."""
+
+    def __init__(self, *, stderr: bool = False) -> None:
+        self._stderr = stderr
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        from rich.console import Console
+
+        Console(stderr=self._stderr).print(*args, **kwargs)
+
+
+console = _Console()
+# What a script capturing stdout must not get mixed into its value (e.g. the API key of `tenants create`).
+notes = _Console(stderr=True)
 
 
 @app.callback()
@@ -89,35 +108,54 @@ def _in_stage(model: type[BaseModel], result: type[R], **fields: Any) -> R | Non
         raise typer.Exit(2) from None
 
 
-# What a script capturing stdout must not get mixed into its value (e.g. the API key of `tenants create`).
-notes = Console(stderr=True)
-DataDir = Annotated[Path, typer.Option(help="Where the embedded PostgreSQL keeps its data.")]
-DEFAULT_DATA_DIR = Path(".tollgate")
+def _refused(error: Any) -> NoReturn:
+    console.print(f"[red]{error.detail}[/red]")
+    raise typer.Exit(2) from None
+
+
+def _system_db(data_dir: Path, *, migrate: bool = False) -> Any:
+    """The database as tollgate_system, found as every command finds it; not configured is exit code 2.
+    ``migrate`` first applies pending migrations to a database given by URL (the first tenant of a new
+    database); a deployed stage's are applied on deploy."""
+    from tollgate.core.errors import TollgateError
+
+    if migrate:
+        from tollgate.db.migrations import apply_migrations
+        from tollgate.settings import MIGRATIONS_DIR
+
+        url = _database_url(data_dir, None)
+        if url is not None:
+            apply_migrations(url, MIGRATIONS_DIR)
+    try:
+        return system_database(data_dir)
+    except TollgateError as error:
+        notes.print(f"[red]{error.detail}[/red]")
+        raise typer.Exit(2) from None
+
+
+def _database_url(data_dir: Path, needed_by: str | None) -> str | None:
+    """The database's URL, for what needs one rather than a pool (migrations); None when only a secret
+    names it, which is an error (exit code 2) for a command ``needed_by`` that cannot do without."""
+    from tollgate.cli.connect import command_settings
+    from tollgate.core.errors import TollgateError
+    from tollgate.settings import SupportDatabaseSettings
+
+    try:
+        settings, _aws = command_settings(SupportDatabaseSettings, data_dir)
+    except TollgateError as error:
+        notes.print(f"[red]{error.detail}[/red]")
+        raise typer.Exit(2) from None
+    if settings.database_url is not None:
+        return settings.database_url.get_secret_value()
+    if needed_by is not None:
+        notes.print(
+            f"[red]{needed_by} needs DATABASE_URL (a deployed stage applies migrations on deploy)[/red]"
+        )
+        raise typer.Exit(2)
+    return None
 
 
 PLUGIN_GROUP = "tollgate.cli"
-# Where the database is when DATABASE_URL is not set, offered by a plugin (the development package's embedded
-# server); the first one that answers wins. Without one, DATABASE_URL must be set.
-database_fallbacks: list[Callable[[Path], str]] = []
-
-
-def _database_url(data_dir: Path) -> str:
-    """DATABASE_URL when set; otherwise what a plugin offers (the embedded server of `tollgate local up`)."""
-    try:
-        return DatabaseUrl().database_url.get_secret_value()
-    except ValidationError:
-        pass
-    if database_fallbacks:
-        return database_fallbacks[0](data_dir)
-    notes.print("[red]DATABASE_URL is not set[/red]")
-    raise typer.Exit(2)
-
-
-class DatabaseUrl(BaseSettings):
-    model_config = SettingsConfigDict(extra="ignore")
-
-    database_url: SecretStr
-
 
 ScopeOption = Annotated[
     list[str] | None,
@@ -145,16 +183,12 @@ def tenants_create(name: str, scope: ScopeOption = None, data_dir: DataDir = DEF
         return
     from tollgate.core.clock import new_id
     from tollgate.core.errors import TollgateError
-    from tollgate.db import build_database
-    from tollgate.db.migrations import apply_migrations
     from tollgate.settings import TenantProvisioningSettings
     from tollgate.tenants.keys import ALL_SCOPES, create_tenant, parse_scopes
     from tollgate.wiring import build_usage_plan
 
-    url = _database_url(data_dir)
     usage_plan = build_usage_plan(TenantProvisioningSettings())
-    apply_migrations(url, MIGRATIONS_DIR)
-    db = build_database(DatabaseSettings(database_url=SecretStr(url), database_role="tollgate_system"))
+    db = _system_db(data_dir, migrate=True)
     try:
         scopes = parse_scopes(scope) if scope else ALL_SCOPES
         tenant = create_tenant(db, name, new_id, scopes=scopes, usage_plan=usage_plan)
@@ -175,11 +209,51 @@ def tenants_create(name: str, scope: ScopeOption = None, data_dir: DataDir = DEF
     print(tenant.api_key)
 
 
+@tenants_app.command("list")
+def tenants_list(
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
+    output: OutputOption = Output.TABLE,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+) -> None:
+    """Every tenant by name: its id, when it was made, its live keys and webhook endpoints, and the
+    retention and monthly budget it has of its own."""
+    from tollgate.cli.lazy import Deferred
+
+    ops = Deferred("tollgate.ops.models")  # imported only in stage mode
+    listed = _in_stage(ops.ListTenants, ops.TenantList, limit=limit)
+    if listed is None:
+        from tollgate.tenants.listing import TenantList, list_tenants
+
+        db = _system_db(data_dir)
+        try:
+            listed = TenantList(tenants=list_tenants(db, limit))
+        finally:
+            db.close()
+    if output is Output.JSON:
+        _json(listed.tenants)
+        return
+    _table(
+        f"{len(listed.tenants)} tenant(s)",
+        ["name", "tenant id", "created", "live keys", "webhook endpoints", "retention days", "budget USD"],
+        [
+            [
+                t.name,
+                t.tenant_id,
+                t.created_at,
+                t.live_keys,
+                t.webhook_endpoints,
+                t.retention_days or "default",
+                t.monthly_budget_usd if t.monthly_budget_usd is not None else "none",
+            ]
+            for t in listed.tenants
+        ],
+    )
+
+
 @tenants_app.command("sync-usage-keys")
 def tenants_sync_usage_keys(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
     """Give every tenant without one its API Gateway key on the usage plan USAGE_PLAN_ID names (tenants made
     before usage-plan keys, or without USAGE_PLAN_ID). Safe to run again."""
-    from tollgate.db import build_database
     from tollgate.ops import models as ops
     from tollgate.settings import TenantProvisioningSettings
     from tollgate.tenants.usage_keys import sync_usage_keys
@@ -193,8 +267,7 @@ def tenants_sync_usage_keys(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
     if settings.usage_plan_id is None:
         notes.print("[red]USAGE_PLAN_ID is not set: it is the stage's ApiStack output UsagePlanId[/red]")
         raise typer.Exit(2)
-    url = _database_url(data_dir)
-    db = build_database(DatabaseSettings(database_url=SecretStr(url), database_role="tollgate_system"))
+    db = _system_db(data_dir)
     try:
         synced = sync_usage_keys(db, build_usage_plan(settings))
     finally:
@@ -219,11 +292,9 @@ def tenants_add_supplier(
         return
     from tollgate.core.clock import new_id
     from tollgate.core.errors import TollgateError
-    from tollgate.db import build_database
     from tollgate.tenants.suppliers import add_supplier, find_tenant
 
-    url = _database_url(data_dir)
-    db = build_database(DatabaseSettings(database_url=SecretStr(url), database_role="tollgate_system"))
+    db = _system_db(data_dir)
     try:
         add_supplier(db, find_tenant(db, tenant), supplier, iban, new_id)
     except TollgateError as error:
@@ -251,7 +322,6 @@ def tenants_unverified_ibans(
     """Whether an invoice may carry an IBAN to the ERP when its supplier has none on file (so it cannot be
     checked against master data): review sends it to a person (iban_unverified), accept lets it pass."""
     from tollgate.core.errors import TollgateError
-    from tollgate.db import build_database
     from tollgate.ops import models as ops
     from tollgate.tenants.suppliers import find_tenant, set_accept_unverified_iban
 
@@ -260,8 +330,7 @@ def tenants_unverified_ibans(
     if _in_stage(ops.SetUnverifiedIbans, ops.Audited, tenant=tenant, accept=accept):
         console.print(said)
         return
-    url = _database_url(data_dir)
-    db = build_database(DatabaseSettings(database_url=SecretStr(url), database_role="tollgate_system"))
+    db = _system_db(data_dir)
     try:
         set_accept_unverified_iban(db, find_tenant(db, tenant), accept)
     except TollgateError as error:
@@ -283,7 +352,6 @@ def tenants_set_retention(
     """Set how long a tenant's finished jobs, results, deliveries and idempotency keys are kept; after it, a
     job is archived to S3 and deleted, and a replay of its Idempotency-Key is a new job."""
     from tollgate.core.errors import TollgateError
-    from tollgate.db import build_database
     from tollgate.ops import models as ops
     from tollgate.tenants.retention import set_tenant_retention
     from tollgate.tenants.suppliers import find_tenant
@@ -294,8 +362,7 @@ def tenants_set_retention(
     if _in_stage(ops.SetRetention, ops.Audited, tenant=tenant, days=None if days == "default" else int(days)):
         _say_retention(tenant, days)
         return
-    url = _database_url(data_dir)
-    db = build_database(DatabaseSettings(database_url=SecretStr(url), database_role="tollgate_system"))
+    db = _system_db(data_dir)
     try:
         set_tenant_retention(db, find_tenant(db, tenant), None if days == "default" else int(days))
     except TollgateError as error:
@@ -372,7 +439,7 @@ def usage(
     group_by: Annotated[
         str, typer.Option("--group-by", help="Comma list of day, job_type, model.")
     ] = "job_type",
-    as_json: Annotated[bool, typer.Option("--json", help="The report as JSON.")] = False,
+    output: OutputOption = Output.TABLE,
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
     """Usage and cost per tenant (and type, day or model) from the aggregates, with cost per completed job."""
@@ -391,7 +458,7 @@ def usage(
             remote_report = ops.call(request, UsageReport)
         except TollgateError as error:
             _usage_refused(error)
-        show_usage(remote_report, as_json=as_json)
+        show_usage(remote_report, as_json=output is Output.JSON)
         return
     db = _system_db(data_dir)
     try:
@@ -412,7 +479,7 @@ def usage(
         _usage_refused(error)
     finally:
         db.close()
-    show_usage(report, as_json=as_json)
+    show_usage(report, as_json=output is Output.JSON)
 
 
 def _usage_refused(error: Any) -> NoReturn:
@@ -423,13 +490,6 @@ def _usage_refused(error: Any) -> NoReturn:
 
 keys_app = typer.Typer(help="A tenant's API keys: create, list, revoke.", no_args_is_help=True)
 tenants_app.add_typer(keys_app, name="keys")
-
-
-def _system_db(data_dir: Path) -> Database:
-    from tollgate.db import build_database
-
-    url = _database_url(data_dir)
-    return build_database(DatabaseSettings(database_url=SecretStr(url), database_role="tollgate_system"))
 
 
 @keys_app.command("create")
@@ -467,28 +527,32 @@ def keys_create(
 
 @keys_app.command("list")
 def keys_list(
-    tenant: Annotated[str, typer.Argument(help="The tenant's name.")], data_dir: DataDir = DEFAULT_DATA_DIR
+    tenant: Annotated[str, typer.Argument(help="The tenant's name.")],
+    output: OutputOption = Output.TABLE,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
     """A tenant's keys, newest first: id, prefix, scopes, created, revoked."""
-    from tollgate.ops import models as ops
+    from tollgate.cli.lazy import Deferred
 
+    ops = Deferred("tollgate.ops.models")  # imported only in stage mode
     listed = _in_stage(ops.ListKeys, ops.KeyList, tenant=tenant)
-    if listed is not None:
-        _print_keys([key.model_dump() for key in listed.keys])
-        return
-    from tollgate.core.errors import TollgateError
-    from tollgate.tenants.keys import list_keys
-    from tollgate.tenants.suppliers import find_tenant
+    if listed is None:
+        from tollgate.core.errors import TollgateError
+        from tollgate.tenants.keys import list_keys
+        from tollgate.tenants.listing import KeyList
+        from tollgate.tenants.suppliers import find_tenant
 
-    db = _system_db(data_dir)
-    try:
-        keys = list_keys(db, find_tenant(db, tenant))
-    except TollgateError as error:
-        console.print(f"[red]{error.detail}[/red]")
-        raise typer.Exit(2) from None
-    finally:
-        db.close()
-    _print_keys(keys)
+        db = _system_db(data_dir)
+        try:
+            listed = KeyList.model_validate({"keys": list_keys(db, find_tenant(db, tenant))})
+        except TollgateError as error:
+            _refused(error)
+        finally:
+            db.close()
+    if output is Output.JSON:
+        _json(listed.keys)
+        return
+    _print_keys([key.model_dump() for key in listed.keys])
 
 
 def _print_keys(keys: list[dict[str, Any]]) -> None:
@@ -505,8 +569,9 @@ def keys_revoke(
     key_id: Annotated[str, typer.Argument(help="The key's id (from `tollgate tenants keys list`).")],
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
-    """Revoke a key. It stops resolving at once; the authorizer's cache (API_KEY_CACHE_TTL_SECONDS) and
-    API Gateway's may admit it until they expire."""
+    """Revoke a key. It stops resolving at once, but an authorizer that resolved it shortly before keeps
+    admitting it until its key cache (API_KEY_CACHE_TTL_SECONDS) expires; a deployed stage's API Gateway
+    also caches the authorizer's answer (the stage's authorizer_cache_ttl_seconds)."""
     from uuid import UUID
 
     from tollgate.core.clock import SystemClock
@@ -521,17 +586,36 @@ def keys_revoke(
         console.print(f"[red]{key_id!r} is not a key id[/red]")
         raise typer.Exit(2) from None
     if _in_stage(ops.RevokeKey, ops.Audited, tenant=tenant, key_id=key):
-        console.print(f"key {key} of {tenant} revoked")
+        console.print(f"key {key} of {tenant} revoked", highlight=False)
+        notes.print(
+            "It may still be admitted until the stage's caches expire: the authorizer's key cache "
+            "(api_key_cache_ttl_seconds in the stage's authorizer settings) and API Gateway's cache of the "
+            "authorizer's answer (authorizer_cache_ttl_seconds).",
+            highlight=False,
+        )
         return
     db = _system_db(data_dir)
     try:
         revoke_key(db, SystemClock(), find_tenant(db, tenant), key)
     except TollgateError as error:
-        console.print(f"[red]{error.detail}[/red]")
-        raise typer.Exit(2) from None
+        _refused(error)
     finally:
         db.close()
-    console.print(f"key {key} of {tenant} revoked")
+    console.print(f"key {key} of {tenant} revoked", highlight=False)
+    notes.print(_still_admitted(), highlight=False)
+
+
+def _still_admitted() -> str:
+    """How long a revoked key may still work, from the setting the authorizer's key cache takes its
+    lifetime from (read from this environment, as `tollgate local up` and the authorizer read it)."""
+    from tollgate.settings import KeyCacheSettings
+
+    seconds = KeyCacheSettings().api_key_cache_ttl_seconds
+    return (
+        f"It keeps working for up to {seconds} s more where an authorizer resolved it just before: its key "
+        f"cache lives API_KEY_CACHE_TTL_SECONDS={seconds} s. A deployed stage's API Gateway also caches the "
+        "authorizer's answer (the stage's authorizer_cache_ttl_seconds)."
+    )
 
 
 @db_app.command("migrate")
@@ -544,8 +628,11 @@ def db_migrate(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
         )
         raise typer.Exit(2)
     from tollgate.db.migrations import apply_migrations
+    from tollgate.settings import MIGRATIONS_DIR
 
-    applied = apply_migrations(_database_url(data_dir), MIGRATIONS_DIR)
+    url = _database_url(data_dir, "db migrate")
+    assert url is not None
+    applied = apply_migrations(url, MIGRATIONS_DIR)
     names = ", ".join(f"{m.version:04d}_{m.name}" for m in applied) or "nothing to apply"
     console.print(f"migrations: {names}")
 
@@ -566,13 +653,17 @@ def openapi(
 
 @events_app.command("schemas")
 def events_schemas(
-    output_dir: Annotated[Path, typer.Option(help="Folder of the schema files.")] = REPO_ROOT
-    / "events"
-    / "schemas",
+    output_dir: Annotated[
+        Path | None, typer.Option(help="Folder of the schema files; default the repository's events/schemas.")
+    ] = None,
     check: Annotated[bool, typer.Option(help="Fail if the folder differs from the export.")] = False,
 ) -> None:
     """Write one JSON Schema file per event payload and per webhook body, from the event models."""
     from tollgate.events import schema_drift, write_schemas
+    from tollgate.settings import REPO_ROOT
+
+    if output_dir is None:
+        output_dir = REPO_ROOT / "events" / "schemas"
 
     if check:
         drift = schema_drift(output_dir)
@@ -589,12 +680,42 @@ def load_plugins() -> None:
     if getattr(app, "_plugins_loaded", False):
         return
     app._plugins_loaded = True  # type: ignore[attr-defined]
+    from importlib.metadata import entry_points
+
     for entry_point in entry_points(group=PLUGIN_GROUP):
         entry_point.load()(app)
 
 
+# Options of `tollgate` itself that take a value, so the command's name is found after them.
+_ROOT_OPTIONS_WITH_VALUES = ("--stage", "--ops-url")
+
+
+def _command_name(args: list[str]) -> str | None:
+    """The first word of the command line that names a command, skipping the root options."""
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in _ROOT_OPTIONS_WITH_VALUES:
+            skip = True
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def _builtin_commands() -> set[str]:
+    groups = {group.name for group in app.registered_groups if group.name}
+    return groups | {c.name or c.callback.__name__ for c in app.registered_commands if c.callback}
+
+
 def main() -> None:
-    load_plugins()
+    # A plugin is loaded for a command of its own, or for a help page that lists every command; a built-in
+    # command loads one only if it asks for the database a plugin offers (tollgate.cli.connect).
+    name = _command_name(sys.argv[1:])
+    if name is None or name not in _builtin_commands():
+        load_plugins()
+    else:
+        plugin_loader.append(load_plugins)
     app()
 
 

@@ -11,19 +11,21 @@ comes from ``--ops-url`` / TOLLGATE_OPS_URL, or from the ``OpsFunctionUrl`` outp
 from __future__ import annotations
 
 import re
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import typer
-from pydantic import BaseModel, ValidationError
 
 from tollgate.core.errors import InvalidRequest, TollgateError
-from tollgate.ops.models import RESULTS, OpsProblem
 
-R = TypeVar("R", bound=BaseModel)
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from tollgate.ops.models import OpsProblem
+
+# pydantic and the operations' models are imported when a command goes to a stage, not for every command.
+R = TypeVar("R", bound="BaseModel")
 
 OPS_STACK = "Tollgate-{stage}-Ops"
 URL_OUTPUT = "OpsFunctionUrl"
@@ -82,9 +84,17 @@ class OpsClient:
     def call(self, request: BaseModel, result: type[R]) -> R:
         """Sends one command and returns its result; a refusal raises ``RemoteRefusal``; a function, network
         or AWS failure ends the command with exit code 1."""
+        import urllib.error
+        import urllib.request
+
         from botocore.auth import SigV4Auth
         from botocore.awsrequest import AWSRequest
+        from pydantic import ValidationError
 
+        from tollgate.cli.lazy import resolve
+        from tollgate.ops.models import RESULTS
+
+        result = resolve(result)
         command = getattr(request, "command", "")
         if RESULTS.get(command) is not result:
             raise TypeError(f"{command!r} does not answer with {result.__name__}")
@@ -110,6 +120,10 @@ class OpsClient:
             _unreachable(f"the operations function answered something this CLI does not understand: {error}")
 
     def _refused(self, status: int, payload: bytes) -> NoReturn:
+        from pydantic import ValidationError
+
+        from tollgate.ops.models import OpsProblem
+
         try:
             problem = OpsProblem.model_validate_json(payload)
         except ValidationError:
@@ -132,13 +146,26 @@ def _session() -> Any:
     return botocore.session.get_session()
 
 
-def _stage_url(session: Any, stage: str) -> str:
+def _operator_region(session: Any) -> str | None:
+    """The region the operator's shell names: AWS_REGION (as the banner and the AWS CLI say), else
+    AWS_DEFAULT_REGION, else the profile's; botocore alone reads only the last two."""
+    from tollgate.settings import StageModeSettings
+
+    shell = StageModeSettings()
+    region = shell.aws_region or shell.aws_default_region or session.get_config_variable("region")
+    return str(region) if region else None
+
+
+def _stage_url(session: Any, stage: str, region: str | None) -> str:
     """The ``OpsFunctionUrl`` output of the stage's ops stack (needs cloudformation:DescribeStacks on it)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
+    if not region:
+        _unreachable(f"no AWS region: set AWS_REGION to the region stage {stage!r} is deployed in")
     name = OPS_STACK.format(stage=stage)
     try:
-        stacks = session.create_client("cloudformation").describe_stacks(StackName=name)["Stacks"]
+        cloudformation = session.create_client("cloudformation", region_name=region)
+        stacks = cloudformation.describe_stacks(StackName=name)["Stacks"]
     except (BotoCoreError, ClientError) as error:
         _unreachable(f"cannot find the operations function of stage {stage!r} (stack {name}): {error}")
     for output in stacks[0].get("Outputs", []) if stacks else []:
@@ -148,9 +175,11 @@ def _stage_url(session: Any, stage: str) -> str:
 
 
 def client_for(chosen: Target) -> OpsClient:
-    """A signing client for the chosen stage, with the operator's credentials from the default chain."""
+    """A signing client for the chosen stage, with the operator's credentials from the default chain. The
+    region is the one the function's URL names, else the shell's (``_operator_region``)."""
     session = _session()
-    url = chosen.ops_url or _stage_url(session, str(chosen.stage))
+    shell_region = _operator_region(session)
+    url = chosen.ops_url or _stage_url(session, str(chosen.stage), shell_region)
     if not url.startswith(("https://", "http://127.0.0.1", "http://localhost", "http://[::1]")):
         _unreachable(f"{url!r}: the operations function is reached over HTTPS")
     credentials = session.get_credentials()
@@ -158,7 +187,7 @@ def client_for(chosen: Target) -> OpsClient:
         _unreachable("no AWS credentials: stage mode signs each command with your IAM identity")
     host = urllib.parse.urlparse(url).hostname or ""
     match = _URL_REGION.match(host)
-    region = match.group(1) if match else session.get_config_variable("region")
+    region = match.group(1) if match else shell_region
     if not region:
         _unreachable("no AWS region: set AWS_REGION (the region the stage is deployed in)")
     return OpsClient(url=url if url.endswith("/") else f"{url}/", region=region, credentials=credentials)
@@ -170,12 +199,14 @@ def remote() -> OpsClient | None:
     return client_for(chosen) if chosen is not None else None
 
 
-C = TypeVar("C", bound=BaseModel)
+C = TypeVar("C", bound="BaseModel")
 
 
 def command(model: type[C], **fields: Any) -> C:
     """A command built from the CLI's options; options the function would refuse are refused here, with the
     same kind of error (exit code 2) and nothing sent."""
+    from pydantic import ValidationError
+
     try:
         return model(**fields)
     except ValidationError as error:

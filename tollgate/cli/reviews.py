@@ -1,8 +1,8 @@
 """``tollgate reviews``: the review queue, one job's review, and decisions, for reviewers at a terminal.
 
 The commands call the review use cases the API calls (``tollgate.review.service``), as the system role, with
-settings from the environment or a running ``tollgate local up`` (like the support commands). A decision
-made here is also written to the support audit trail, in its own transaction.
+settings found as every command finds them (``tollgate.cli.connect``). A decision made here is also written
+to the support audit trail, in its own transaction.
 """
 
 from __future__ import annotations
@@ -16,19 +16,23 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 from uuid import UUID
 
 import typer
-from pydantic import BaseModel
 
+from tollgate.cli.connect import command_settings
+from tollgate.cli.options import DEFAULT_DATA_DIR, DataDir, Output, OutputOption
 from tollgate.cli.remote import command, remote
-from tollgate.cli.support import DEFAULT_DATA_DIR, DataDir, _fail, _json, _line, _table, _when
+from tollgate.cli.support import _fail, _json, _line, _table, _when
 from tollgate.core.errors import TollgateError
-from tollgate.ops import models as ops
-from tollgate.review.models import ReviewDecided, ReviewPage
-from tollgate.review.models import ReviewView as ReviewShown
-from tollgate.settings import SupportDatabaseSettings
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from tollgate.ops import models as ops
     from tollgate.review.models import ReviewView
     from tollgate.review.service import ReviewDeps
+else:
+    from tollgate.cli.lazy import Deferred
+
+    ops = Deferred("tollgate.ops.models")
 
 reviews_app = typer.Typer(help="Results waiting for review: list, show, decide.", no_args_is_help=True)
 
@@ -44,8 +48,18 @@ def _note(value: str) -> str:
     return value.strip()
 
 
-JsonOption = Annotated[bool, typer.Option("--json", help="Plain JSON for scripts.")]
-R = TypeVar("R", bound=BaseModel)
+def _reason(value: str | None) -> str | None:
+    """A reason code some policy gives, checked before anything is looked at."""
+    if value is None:
+        return None
+    from tollgate.jobtypes.registry import REVIEW_REASONS
+
+    if value not in REVIEW_REASONS:
+        raise typer.BadParameter(f"{value!r} is not a review reason; one of: {', '.join(REVIEW_REASONS)}")
+    return value
+
+
+R = TypeVar("R", bound="BaseModel")
 
 
 def _in_stage(model: type[BaseModel], result: type[R], **fields: Any) -> R | None:
@@ -64,11 +78,11 @@ def _reviews(data_dir: Path) -> Iterator[ReviewDeps]:
     import psycopg
     from psycopg_pool import PoolTimeout
 
-    from tollgate.support.configuration import load_support_settings
+    from tollgate.settings import SupportDatabaseSettings
     from tollgate.wiring import build_review_cli
 
     try:
-        settings, aws = load_support_settings(SupportDatabaseSettings, data_dir)
+        settings, aws = command_settings(SupportDatabaseSettings, data_dir)
     except TollgateError as error:
         _fail(error.detail)
     deps = build_review_cli(settings, aws=aws)
@@ -95,14 +109,18 @@ def _problem(error: TollgateError) -> str:
 @reviews_app.command("list")
 def reviews_list(
     reason: Annotated[
-        str | None, typer.Option(help="Only results that broke this rule (a reason code).")
+        str | None,
+        typer.Option(
+            help="Only results that broke this rule (a reason code such as total_mismatch).", callback=_reason
+        ),
     ] = None,
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's (by name).")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
-    json_output: JsonOption = False,
+    output: OutputOption = Output.TABLE,
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
     """Results waiting for review, the longest waiting first."""
+    from tollgate.review.models import ReviewPage
     from tollgate.review.service import list_all_reviews, list_reviews
     from tollgate.tenants.suppliers import find_tenant
 
@@ -117,7 +135,7 @@ def reviews_list(
                 page = list_reviews(
                     deps.db, find_tenant(deps.db, tenant), reason=reason, limit=limit, cursor=None
                 )
-    if json_output:
+    if output is Output.JSON:
         _json(page.items)
         return
     _table(
@@ -137,8 +155,11 @@ def reviews_list(
 
 
 @reviews_app.command("show")
-def reviews_show(job_id: UUID, json_output: JsonOption = False, data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
+def reviews_show(
+    job_id: UUID, output: OutputOption = Output.TABLE, data_dir: DataDir = DEFAULT_DATA_DIR
+) -> None:
     """A job's review: the model's result, the rules it broke, and each value's evidence in the document."""
+    from tollgate.review.models import ReviewView as ReviewShown
     from tollgate.review.service import find_review_tenant, get_review
 
     shown = _in_stage(ops.ShowReview, ReviewShown, job_id=job_id)
@@ -147,7 +168,7 @@ def reviews_show(job_id: UUID, json_output: JsonOption = False, data_dir: DataDi
     else:
         with _reviews(data_dir) as deps:
             view = get_review(deps, find_review_tenant(deps.db, job_id), job_id)
-    if json_output:
+    if output is Output.JSON:
         _json(view)
         return
     _print_review(view)
@@ -218,7 +239,7 @@ def reviews_decide(
     """Approve, correct or reject a result waiting for review (audited)."""
     from pydantic import ValidationError
 
-    from tollgate.review.models import Decision, ReviewDecisionRequest
+    from tollgate.review.models import Decision, ReviewDecided, ReviewDecisionRequest
     from tollgate.review.service import Reviewer, decide_review, find_review_tenant, get_review
 
     chosen = [

@@ -1,9 +1,10 @@
 """``tollgate jobs``, ``tollgate dlq`` and ``tollgate deliveries``: support commands for people and scripts.
 
-They run against AWS (the default credential chain, settings from the environment) or against a running
-``tollgate local up``, found through the file it writes in its data folder. Each command parses its options,
-gets its dependencies from wiring, calls one support use case and prints what it returns; the use cases
-write the audit trail.
+They find their database, queues and dispatcher as every command does (``tollgate.cli.connect``): the
+environment, else a running ``tollgate local up`` (the file it writes in its data folder), else, for the
+commands that need only the database, the embedded PostgreSQL. Each command parses its options, gets its
+dependencies from wiring, calls one support use case and prints what it returns; the use cases write the
+audit trail. Modules behind a command are imported when it runs, so ``--help`` stays quick.
 """
 
 from __future__ import annotations
@@ -12,41 +13,42 @@ import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 from uuid import UUID
 
 import typer
-from pydantic import BaseModel
-from rich import box
-from rich.console import Console
-from rich.table import Table
 
+from tollgate.cli.connect import command_settings
+from tollgate.cli.options import DEFAULT_DATA_DIR, DataDir, Output, OutputOption
 from tollgate.cli.remote import command, remote
 from tollgate.core.errors import TollgateError
 from tollgate.core.job_states import JobState
-from tollgate.ops import models as ops
-from tollgate.settings import SupportDatabaseSettings, SupportSettings
 
 if TYPE_CHECKING:
-    from tollgate.support.service import JobDetail, SupportDeps
+    from pydantic import BaseModel
+    from rich.console import Console
 
-R = TypeVar("R", bound=BaseModel)
+    from tollgate.ops import models as ops
+    from tollgate.support.service import JobDetail, SupportDeps
+else:
+    from tollgate.cli.lazy import Deferred
+
+    # The operations' requests and results, imported when a command first names one.
+    ops = Deferred("tollgate.ops.models")
+
+__all__ = ["DEFAULT_DATA_DIR", "DataDir", "Output", "OutputOption"]
+
+R = TypeVar("R", bound="BaseModel")
 
 jobs_app = typer.Typer(help="Inspect jobs; retry ones that failed.", no_args_is_help=True)
 dlq_app = typer.Typer(
     help="Inspect and redrive dead letters: each job type's queue has a dead-letter queue of its own.",
     no_args_is_help=True,
 )
-deliveries_app = typer.Typer(help="Inspect and replay webhook deliveries.", no_args_is_help=True)
-
-DEFAULT_DATA_DIR = Path(".tollgate")
-
-
-class Output(StrEnum):
-    TABLE = "table"
-    JSON = "json"
+deliveries_app = typer.Typer(
+    help="A tenant's webhook endpoints, and their deliveries: inspect and replay.", no_args_is_help=True
+)
 
 
 def _reason(value: str) -> str:
@@ -55,9 +57,6 @@ def _reason(value: str) -> str:
     return value.strip()
 
 
-DataDir = Annotated[
-    Path, typer.Option(help="The local system's data folder (used when the environment does not say).")
-]
 Reason = Annotated[str, typer.Option(help="Why: written to the audit trail.", callback=_reason)]
 Actor = Annotated[
     str | None,
@@ -74,17 +73,29 @@ JobTypeOption = Annotated[
         help="Only this job type's dead-letter queue (e.g. invoice_extraction); default: every type's.",
     ),
 ]
-OutputOption = Annotated[
-    Output, typer.Option("--output", "-o", case_sensitive=False, help="table for people, json for scripts.")
-]
+
+
+def _job_type(value: str | None) -> str | None:
+    """A registered job type, checked before anything is looked at (the registry is imported only then)."""
+    if value is None:
+        return None
+    from tollgate.jobtypes.registry import JOB_TYPES
+
+    if value not in JOB_TYPES:
+        raise typer.BadParameter(f"{value!r} is not a job type; one of: {', '.join(JOB_TYPES)}")
+    return value
 
 
 def _stdout() -> Console:
     # Made for each use, not at import: the width (COLUMNS, the terminal) and the stream are the current ones.
+    from rich.console import Console
+
     return Console()
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
+    from rich.console import Console
+
     Console(stderr=True).print(
         f"error: {message}", style="red", markup=False, highlight=False, soft_wrap=True
     )
@@ -104,21 +115,26 @@ def _in_stage(model: type[BaseModel], result: type[R], **fields: Any) -> R | Non
 
 
 @contextmanager
-def _support(data_dir: Path, *, queues: bool = False, actor: str | None = None) -> Iterator[SupportDeps]:
-    """The command's dependencies for its duration, built by wiring from settings taken from the environment
-    or the local system's discovery file; a domain error becomes a message and exit code 2."""
+def _support(
+    data_dir: Path, *, queues: bool = False, dispatcher: bool = False, actor: str | None = None
+) -> Iterator[SupportDeps]:
+    """The command's dependencies for its duration, built by wiring from the settings ``command_settings``
+    finds; a domain error becomes a message and exit code 2. Only a command that asks for the queues or the
+    webhook dispatcher gets AWS clients (and pays for importing boto3)."""
     import psycopg
     from botocore.exceptions import BotoCoreError, ClientError
     from psycopg_pool import PoolTimeout
 
-    from tollgate.support.configuration import load_support_settings
+    from tollgate.settings import SupportDatabaseSettings, SupportSettings
     from tollgate.wiring import build_support
 
     try:
         model = SupportSettings if queues else SupportDatabaseSettings
-        settings, aws = load_support_settings(model, data_dir)
+        settings, aws = command_settings(model, data_dir)
     except TollgateError as error:
         _fail(error.detail)
+    if not dispatcher and settings.webhook_state_machine_arn:
+        settings = settings.model_copy(update={"webhook_state_machine_arn": None})
     try:
         deps = build_support(settings, actor, aws=aws)
     except BotoCoreError as error:
@@ -151,6 +167,8 @@ def _text(value: Any) -> str:
 
 def _json(value: Any) -> None:
     """Machine-readable output: plain JSON on stdout, never wrapped or coloured."""
+    from pydantic import BaseModel
+
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
     elif isinstance(value, list):
@@ -165,6 +183,9 @@ def _line(text: str) -> None:
 
 def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """A table when it fits the terminal; otherwise one block per row, so no value (an id) is ever cut."""
+    from rich import box
+    from rich.table import Table
+
     cells = [[_text(value) for value in row] for row in rows]
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
     for column in columns:
@@ -184,33 +205,45 @@ def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) ->
             _line(f"  {column:<{width}}  {value}")
 
 
+JobTypeFilter = Annotated[
+    str | None,
+    typer.Option(
+        "--type",
+        "--job-type",
+        callback=_job_type,
+        help="Only jobs of this type (invoice_extraction, document_summary, document_classification).",
+    ),
+]
+
+
 @jobs_app.command("list")
 def jobs_list(
     state: Annotated[
         JobState | None, typer.Option(case_sensitive=False, help="Only jobs in this state.")
     ] = None,
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's jobs (by name).")] = None,
+    job_type: JobTypeFilter = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
     output: OutputOption = Output.TABLE,
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
-    """Recent jobs, newest first. Needs only the database."""
+    """Recent jobs, newest first, with their type. Needs only the database."""
     from tollgate.support.service import list_jobs
 
-    listed = _in_stage(ops.ListJobs, ops.JobList, state=state, tenant=tenant, limit=limit)
+    listed = _in_stage(ops.ListJobs, ops.JobList, state=state, tenant=tenant, job_type=job_type, limit=limit)
     if listed is not None:
         jobs = listed.jobs
     else:
         with _support(data_dir) as deps:
-            jobs = list_jobs(deps.db, state=state, tenant=tenant, limit=limit)
+            jobs = list_jobs(deps.db, state=state, tenant=tenant, job_type=job_type, limit=limit)
     if output is Output.JSON:
         _json(jobs)
         return
     _table(
         f"{len(jobs)} job(s)",
-        ["job id", "tenant", "state", "attempts", "reason", "created"],
+        ["job id", "tenant", "type", "state", "attempts", "reason", "created"],
         [
-            [j.job_id, j.tenant, j.state, f"{j.attempt}/{j.max_attempts}", j.reason, j.created_at]
+            [j.job_id, j.tenant, j.job_type, j.state, f"{j.attempt}/{j.max_attempts}", j.reason, j.created_at]
             for j in jobs
         ],
     )
@@ -436,10 +469,47 @@ def dlq_move_all(
         _line(f"{move.job_type}: move task started: {move.task_handle} (audit #{move.audit_id})")
 
 
+@deliveries_app.command("endpoints")
+def deliveries_endpoints(
+    tenant: Annotated[str, typer.Option(help="The tenant's name.")],
+    output: OutputOption = Output.TABLE,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+) -> None:
+    """A tenant's webhook endpoints, oldest first: the ids `deliveries list --endpoint` takes. Needs only
+    the database."""
+    from tollgate.delivery.endpoints import EndpointList
+    from tollgate.support.service import list_tenant_endpoints
+
+    listed = _in_stage(ops.ListEndpoints, EndpointList, tenant=tenant)
+    if listed is not None:
+        found = listed
+    else:
+        with _support(data_dir) as deps:
+            found = list_tenant_endpoints(deps.db, tenant)
+    if output is Output.JSON:
+        _json(found.items)
+        return
+    _table(
+        f"{len(found.items)} webhook endpoint(s) of {tenant}",
+        ["endpoint id", "url", "enabled", "events", "created", "description"],
+        [
+            [
+                e.endpoint_id,
+                e.url,
+                "yes" if e.enabled else f"no: {e.disabled_reason or 'disabled'}",
+                " ".join(e.event_types),
+                e.created_at,
+                e.description,
+            ]
+            for e in found.items
+        ],
+    )
+
+
 @deliveries_app.command("list")
 def deliveries_list(
     tenant: Annotated[str, typer.Option(help="The tenant's name.")],
-    endpoint: Annotated[UUID, typer.Option(help="The endpoint id.")],
+    endpoint: Annotated[UUID, typer.Option(help="The endpoint id (`tollgate deliveries endpoints`).")],
     limit: Annotated[int, typer.Option(min=1, max=100)] = 20,
     output: OutputOption = Output.TABLE,
     data_dir: DataDir = DEFAULT_DATA_DIR,
@@ -493,6 +563,6 @@ def deliveries_replay(
     if replayed is not None:
         audit_id = replayed.audit_id
     else:
-        with _support(data_dir, actor=actor) as deps:
+        with _support(data_dir, dispatcher=True, actor=actor) as deps:
             _, audit_id = replay_delivery_audited(deps, tenant, endpoint, delivery, reason)
     _line(f"delivery {delivery} replayed with the same webhook-id (audit #{audit_id})")

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+
+from tollgate.cli.options import Output, OutputOption
 
 if TYPE_CHECKING:
     from tollgate.client.api import ApiProblem, TenantApi
@@ -28,14 +29,6 @@ LOCAL_FEED_URL = "ws://127.0.0.1:8083"
 EXIT_FAILED, EXIT_INPUT, EXIT_REVIEW, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 
-class Output(StrEnum):
-    TABLE = "table"
-    JSON = "json"
-
-
-OutputOption = Annotated[
-    Output, typer.Option("--output", "-o", case_sensitive=False, help="table for people, json for scripts.")
-]
 ApiUrl = Annotated[
     str,
     typer.Option(

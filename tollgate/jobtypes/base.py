@@ -125,6 +125,7 @@ class JobType:
     system_prompt: Callable[[Any], str]  # from the job's parsed options
     policy_version: str  # the version of ``validate``'s rules, stored with each result it judged
     validate: Validate  # (output, pages, options, tenant policy) -> report
+    review_reasons: frozenset[str]  # every reason code ``validate`` gives
     evidence_fields: EvidenceFields  # every piece of evidence an output carries, by field path
     routing: Routing
     max_output_tokens: int

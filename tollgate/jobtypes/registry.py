@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import TYPE_CHECKING, Literal
 
 from tollgate.jobtypes.base import JobType, Routing
 from tollgate.jobtypes.document_classification import policy as classification_policy
@@ -32,6 +33,7 @@ INVOICE_EXTRACTION = JobType(
     validate=lambda output, pages, _options, policy: invoice_validation.validate_invoice(
         output, pages, policy
     ),
+    review_reasons=invoice_validation.REASON_CODES,
     evidence_fields=invoice_evidence.evidence_fields,
     # A short single-page invoice is the small model's; arithmetic over many lines is not.
     routing=Routing(max_pages=1, max_chars=6000, max_lines=80),
@@ -50,6 +52,7 @@ DOCUMENT_SUMMARY = JobType(
     system_prompt=summary_prompt.system_prompt,
     policy_version=summary_policy.POLICY_VERSION,
     validate=summary_policy.validate_summary,
+    review_reasons=summary_policy.REASON_CODES,
     evidence_fields=summary_schema.evidence_fields,
     routing=Routing(
         max_pages=3, max_chars=12000, max_lines=400, small_languages=frozenset({"en", "de", "fr"})
@@ -69,6 +72,7 @@ DOCUMENT_CLASSIFICATION = JobType(
     system_prompt=classification_prompt.system_prompt,
     policy_version=classification_policy.POLICY_VERSION,
     validate=classification_policy.validate_classification,
+    review_reasons=classification_policy.REASON_CODES,
     evidence_fields=classification_schema.evidence_fields,
     routing=Routing(max_pages=5, max_chars=20000, max_lines=600),
     max_output_tokens=400,
@@ -79,6 +83,22 @@ JOB_TYPES: Mapping[str, JobType] = MappingProxyType(
     {t.name: t for t in (INVOICE_EXTRACTION, DOCUMENT_SUMMARY, DOCUMENT_CLASSIFICATION)}
 )
 DEFAULT_JOB_TYPE = INVOICE_EXTRACTION.name
+# Codes of earlier policy versions that no current policy gives, which results still kept may carry
+# (invoices' validation.v2 compared evidence with the value itself).
+RETIRED_REVIEW_REASONS = frozenset({"evidence_contradicts"})
+# Every reason code a result waiting for review can carry: what the review queue filters by.
+REVIEW_REASONS: tuple[str, ...] = tuple(
+    sorted(RETIRED_REVIEW_REASONS.union(*(t.review_reasons for t in JOB_TYPES.values())))
+)
+
+# The names above as types, so a filter that takes one refuses any other value (422, the values named) and
+# the OpenAPI document lists them.
+if TYPE_CHECKING:
+    JobTypeName = str
+    ReviewReasonCode = str
+else:
+    JobTypeName = Literal[tuple(JOB_TYPES)]
+    ReviewReasonCode = Literal[REVIEW_REASONS]
 
 
 class UnknownJobType(KeyError):

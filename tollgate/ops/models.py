@@ -5,7 +5,6 @@ same models, so the two cannot drift apart."""
 from __future__ import annotations
 
 import unicodedata
-from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 from uuid import UUID
@@ -14,6 +13,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from tollgate.core.job_states import JobState
 from tollgate.delivery.deliveries import DeliveryList
+from tollgate.delivery.endpoints import EndpointList
+from tollgate.jobtypes.registry import JobTypeName, ReviewReasonCode
 from tollgate.review.models import Decision, ReviewDecided, ReviewPage, ReviewView
 from tollgate.support.service import (
     ACTOR_MAX,
@@ -24,6 +25,9 @@ from tollgate.support.service import (
     JobSummary,
     RedriveItem,
 )
+from tollgate.tenants.listing import MAX_TENANTS_LISTED, KeyList, KeyView, TenantList
+
+__all__ = ["KeyList", "KeyView", "TenantList"]  # the tenants' views, answered here as the CLI prints them
 from tollgate.tenants.retention import MAX_RETENTION_DAYS
 from tollgate.usage.service import UsageReport
 
@@ -108,6 +112,11 @@ class SetBudget(Command):
     monthly_usd: Decimal | None = Field(ge=0, lt=Decimal(10) ** 8, allow_inf_nan=False)
 
 
+class ListTenants(Command):
+    command: Literal["tenants.list"] = "tenants.list"
+    limit: int = Field(default=100, ge=1, le=MAX_TENANTS_LISTED)
+
+
 class SyncUsageKeys(Command):
     command: Literal["tenants.sync-usage-keys"] = "tenants.sync-usage-keys"
 
@@ -136,6 +145,7 @@ class ListJobs(Command):
     command: Literal["jobs.list"] = "jobs.list"
     state: JobState | None = None
     tenant: Name | None = None
+    job_type: JobTypeName | None = None
     limit: int = Field(default=50, ge=1, le=1000)
 
 
@@ -179,6 +189,11 @@ class MoveAllDeadLetters(Command):
     max_per_second: int = Field(default=10, ge=1, le=500)
 
 
+class ListEndpoints(Command):
+    command: Literal["deliveries.endpoints"] = "deliveries.endpoints"
+    tenant: Name
+
+
 class ListDeliveries(Command):
     command: Literal["deliveries.list"] = "deliveries.list"
     tenant: Name
@@ -199,7 +214,7 @@ class ReplayDelivery(Command):
 
 class ListReviews(Command):
     command: Literal["reviews.list"] = "reviews.list"
-    reason: Text | None = None
+    reason: ReviewReasonCode | None = None
     tenant: Name | None = None
     limit: int = Field(default=50, ge=1, le=1000)
 
@@ -228,6 +243,7 @@ class GetUsage(Command):
 
 OpsRequest = Annotated[
     CreateTenant
+    | ListTenants
     | AddSupplier
     | SetRetention
     | SetUnverifiedIbans
@@ -243,6 +259,7 @@ OpsRequest = Annotated[
     | ShowDeadLetter
     | RedriveDeadLetters
     | MoveAllDeadLetters
+    | ListEndpoints
     | ListDeliveries
     | ReplayDelivery
     | ListReviews
@@ -280,18 +297,6 @@ class UsageKeysSynced(BaseModel):
 
     tenants: list[UUID]
     audit_id: int
-
-
-class KeyView(BaseModel):
-    key_id: UUID
-    key_prefix: str
-    scopes: list[str]
-    created_at: datetime
-    revoked_at: datetime | None
-
-
-class KeyList(BaseModel):
-    keys: list[KeyView]
 
 
 class Audited(BaseModel):
@@ -363,6 +368,7 @@ class MovesStarted(BaseModel):
 
 RESULTS: dict[str, type[BaseModel]] = {
     "tenants.create": TenantCreated,
+    "tenants.list": TenantList,
     "tenants.add-supplier": Audited,
     "tenants.set-retention": Audited,
     "tenants.unverified-ibans": Audited,
@@ -378,6 +384,7 @@ RESULTS: dict[str, type[BaseModel]] = {
     "dlq.show": DeadLetterShown,
     "dlq.redrive": Redriven,
     "dlq.move-all": MovesStarted,
+    "deliveries.endpoints": EndpointList,
     "deliveries.list": DeliveryList,
     "deliveries.replay": Audited,
     "reviews.list": ReviewPage,

@@ -37,6 +37,7 @@ from tollgate.review.service import (
 from tollgate.support import service as support
 from tollgate.support.service import SupportDeps, record_audit
 from tollgate.tenants.keys import ALL_SCOPES, create_key, create_tenant, list_keys, parse_scopes, revoke_key
+from tollgate.tenants.listing import list_tenants
 from tollgate.tenants.retention import set_tenant_retention
 from tollgate.tenants.suppliers import add_supplier, find_tenant, set_accept_unverified_iban
 from tollgate.tenants.usage_keys import UsagePlan, sync_usage_keys
@@ -147,6 +148,10 @@ def _create_tenant(deps: SupportDeps, ops: OpsDeps, _caller: Caller, r: m.Create
     )
 
 
+def _list_tenants(deps: SupportDeps, _ops: OpsDeps, _caller: Caller, r: m.ListTenants) -> m.TenantList:
+    return m.TenantList(tenants=list_tenants(deps.db, r.limit))
+
+
 def _add_supplier(deps: SupportDeps, _ops: OpsDeps, _caller: Caller, r: m.AddSupplier) -> m.Audited:
     tenant_id = find_tenant(deps.db, r.tenant)
     _, audit_id = _audited(
@@ -244,7 +249,9 @@ def _revoke_key(deps: SupportDeps, _ops: OpsDeps, _caller: Caller, r: m.RevokeKe
 
 
 def _list_jobs(deps: SupportDeps, _ops: OpsDeps, _caller: Caller, r: m.ListJobs) -> m.JobList:
-    return m.JobList(jobs=support.list_jobs(deps.db, state=r.state, tenant=r.tenant, limit=r.limit))
+    return m.JobList(
+        jobs=support.list_jobs(deps.db, state=r.state, tenant=r.tenant, job_type=r.job_type, limit=r.limit)
+    )
 
 
 def _show_job(deps: SupportDeps, _ops: OpsDeps, _caller: Caller, r: m.ShowJob) -> support.JobDetail:
@@ -291,6 +298,10 @@ def _redrive(deps: SupportDeps, _ops: OpsDeps, _caller: Caller, r: m.RedriveDead
 def _move_all(deps: SupportDeps, _ops: OpsDeps, _caller: Caller, r: m.MoveAllDeadLetters) -> m.MovesStarted:
     moves = support.move_all_dead_letters(deps, r.reason, r.max_per_second, r.job_type)
     return m.MovesStarted(moves=[m.MoveView.of(move) for move in moves])
+
+
+def _list_endpoints(deps: SupportDeps, _ops: OpsDeps, _caller: Caller, r: m.ListEndpoints) -> BaseModel:
+    return support.list_tenant_endpoints(deps.db, r.tenant)
 
 
 def _list_deliveries(deps: SupportDeps, _ops: OpsDeps, _caller: Caller, r: m.ListDeliveries) -> BaseModel:
@@ -349,6 +360,7 @@ def _usage(deps: SupportDeps, _ops: OpsDeps, _caller: Caller, r: m.GetUsage) -> 
 
 _HANDLERS: dict[type[BaseModel], Callable[[SupportDeps, OpsDeps, Caller, Any], BaseModel]] = {
     m.CreateTenant: _create_tenant,
+    m.ListTenants: _list_tenants,
     m.AddSupplier: _add_supplier,
     m.SetRetention: _set_retention,
     m.SetUnverifiedIbans: _set_unverified_ibans,
@@ -364,6 +376,7 @@ _HANDLERS: dict[type[BaseModel], Callable[[SupportDeps, OpsDeps, Caller, Any], B
     m.ShowDeadLetter: _show_dead_letter,
     m.RedriveDeadLetters: _redrive,
     m.MoveAllDeadLetters: _move_all,
+    m.ListEndpoints: _list_endpoints,
     m.ListDeliveries: _list_deliveries,
     m.ReplayDelivery: _replay_delivery,
     m.ListReviews: _list_reviews,

@@ -37,7 +37,7 @@ from tollgate.db.database import Conn
 from tollgate.events import ExtractionCompleted, ExtractionRejected, JobOutcome
 from tollgate.jobtypes.base import JobType
 from tollgate.jobtypes.invoice_extraction.schema import Invoice
-from tollgate.jobtypes.registry import INVOICE_EXTRACTION
+from tollgate.jobtypes.registry import INVOICE_EXTRACTION, REVIEW_REASONS
 from tollgate.jobtypes.registry import job_type as registered_type
 from tollgate.outbox.nudge import NoNudge, Nudger
 from tollgate.outbox.outcomes import insert_outcome_event
@@ -91,10 +91,20 @@ class Reviewer:
         return cls(f"api-key:{key_id}", key_id)
 
 
+def check_reason(reason: str | None) -> None:
+    """A reason filter names a code some policy gives: an unknown one is an error, never an empty list."""
+    if reason is not None and reason not in REVIEW_REASONS:
+        raise ValidationFailed(
+            f"{reason!r} is not a review reason; one of: {', '.join(REVIEW_REASONS)}",
+            errors=[{"loc": ["query", "reason"], "type": "literal_error", "msg": "not a review reason"}],
+        )
+
+
 def list_reviews(
     db: Database, tenant_id: UUID, *, reason: str | None, limit: int, cursor: str | None
 ) -> ReviewPage:
     """The tenant's waiting reviews, oldest first, only those with ``reason`` among their codes if given."""
+    check_reason(reason)
     query = db.q.list_reviews_by_reason if reason else db.q.list_reviews
     return _page(
         db, tenant_id, query, params={"tenant_id": tenant_id, "reason": reason}, limit=limit, cursor=cursor
@@ -103,6 +113,7 @@ def list_reviews(
 
 def list_all_reviews(db: Database, *, reason: str | None, limit: int, cursor: str | None) -> ReviewPage:
     """Every tenant's waiting reviews, oldest first (the CLI, as the system role)."""
+    check_reason(reason)
     query = db.q.list_all_reviews_by_reason if reason else db.q.list_all_reviews
     return _page(db, None, query, params={"reason": reason}, limit=limit, cursor=cursor)
 

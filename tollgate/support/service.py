@@ -34,7 +34,9 @@ from tollgate.delivery.deliveries import (
     execution_name,
     list_deliveries,
 )
+from tollgate.delivery.endpoints import EndpointList, list_endpoints
 from tollgate.events import ExtractionRequested, UnknownEventType, outbox_row
+from tollgate.jobtypes.registry import JOB_TYPES
 from tollgate.outbox.relay import OutboxEvent
 from tollgate.support.configuration import NotConfigured
 from tollgate.support.timeline import JobTimeline, read_timeline
@@ -547,6 +549,7 @@ class JobSummary(BaseModel):
     job_id: UUID
     tenant_id: UUID
     tenant: str
+    job_type: str
     state: str
     attempt: int
     max_attempts: int
@@ -605,13 +608,23 @@ class JobDetail(BaseModel):
     timeline: JobTimeline | None = None
 
 
-def list_jobs(db: Database, *, state: JobState | None, tenant: str | None, limit: int) -> list[JobSummary]:
-    """Recent jobs, newest first; a tenant that does not exist is an error, not an empty list."""
+def list_jobs(
+    db: Database, *, state: JobState | None, tenant: str | None, limit: int, job_type: str | None = None
+) -> list[JobSummary]:
+    """Recent jobs, newest first; a tenant or a job type that does not exist is an error, not an empty
+    list."""
+    if job_type is not None and job_type not in JOB_TYPES:
+        raise InvalidRequest(f"{job_type!r} is not a job type; one of: {', '.join(JOB_TYPES)}")
     tenant_id = find_tenant(db, tenant) if tenant is not None else None
     with db.transaction() as conn:
         rows = conn.execute(
             db.q.support_list_jobs,
-            {"state": state.value if state else None, "tenant_id": tenant_id, "limit": limit},
+            {
+                "state": state.value if state else None,
+                "tenant_id": tenant_id,
+                "job_type": job_type,
+                "limit": limit,
+            },
         ).fetchall()
     return [JobSummary.model_validate(row) for row in rows]
 
@@ -630,6 +643,11 @@ def show_job(db: Database, job_id: UUID) -> JobDetail:
         trail = conn.execute(db.q.audit_for_target, {"target": str(job_id)}).fetchall()
         timeline = read_timeline(db, conn, job_id, job["state_version"], attempts)
     return JobDetail.model_validate({**job, "attempts": attempts, "audit": trail, "timeline": timeline})
+
+
+def list_tenant_endpoints(db: Database, tenant: str) -> EndpointList:
+    """A tenant's webhook endpoints, oldest first: the ids its deliveries are listed by."""
+    return list_endpoints(db, find_tenant(db, tenant))
 
 
 def list_tenant_deliveries(db: Database, tenant: str, endpoint_id: UUID, limit: int) -> DeliveryList:

@@ -30,6 +30,7 @@ from tollgate.api.routes.shared import (
 from tollgate.api.surface import needs
 from tollgate.core.job_states import JobState
 from tollgate.core.observability import trace_for_request
+from tollgate.jobtypes.registry import JobTypeName
 from tollgate.tenants.keys import Scope
 
 logger = Logger(service="tollgate-api")
@@ -91,19 +92,23 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
     @router.get(
         "/extraction-jobs",
         summary="List the tenant's jobs, newest first",
+        description="?state= and ?job_type= keep the jobs in that state or of that type; a value the API "
+        "does not know is a 422 that names the values it takes. Pages are keyset cursors.",
         responses={**documented(JobPage, "A page of jobs"), **problem_responses(400, 401, 422)},
         tags=TAGS,
         **needs(Scope.JOBS_READ),
     )
     def list_extraction_jobs(
         state: Annotated[JobState | None, Query(description="Only jobs in this state.")] = None,
+        job_type: Annotated[JobTypeName | None, Query(description="Only jobs of this type.")] = None,
         limit: Annotated[int, Query(ge=1, le=100)] = 20,
         cursor: Annotated[str | None, Query(max_length=512)] = None,
     ) -> Response[str]:
         tenant_id = authenticated_tenant(router.current_event, Scope.JOBS_READ)
-        return json_response(
-            200, list_jobs(deps.acceptance.db, tenant_id, state=state, limit=limit, cursor=cursor)
+        page = list_jobs(
+            deps.acceptance.db, tenant_id, state=state, job_type=job_type, limit=limit, cursor=cursor
         )
+        return json_response(200, page)
 
     @router.get(
         "/extraction-jobs/<job_id>",

@@ -22,6 +22,7 @@ from tollgate.api.routes.shared import (
 )
 from tollgate.api.surface import needs
 from tollgate.core.errors import InvalidRequest, PreconditionRequired
+from tollgate.jobtypes.registry import ReviewReasonCode
 from tollgate.review.models import ReviewDecided, ReviewDecisionRequest, ReviewPage, ReviewView
 from tollgate.review.service import (
     ReviewDeps,
@@ -34,7 +35,6 @@ from tollgate.tenants.keys import Scope
 
 JOB = "extraction job"
 TAGS = ["reviews"]
-REASON_CODE = r"^[a-z][a-z0-9_]{0,63}$"
 # One strong entity tag: the state_version, quoted as an ETag is, or bare.
 _ENTITY_TAG = re.compile(r'^(?:"(\d{1,9})"|(\d{1,9}))$')
 
@@ -74,7 +74,8 @@ def build_router(deps: ApiDeps) -> APIGatewayRouter:
     )
     def list_waiting_reviews(
         reason: Annotated[
-            str | None, Query(description="Only results that broke this rule.", pattern=REASON_CODE)
+            ReviewReasonCode | None,
+            Query(description="Only results that broke this rule; a code no policy gives is a 422."),
         ] = None,
         limit: Annotated[int, Query(ge=1, le=100)] = 20,
         cursor: Annotated[str | None, Query(max_length=512)] = None,

@@ -38,6 +38,7 @@ SELECT j.*, d.content_sha256, d.size_bytes, d.page_count
 FROM extraction_jobs j JOIN documents d USING (document_id)
 WHERE j.tenant_id = %(tenant_id)s
   AND (%(state)s::text IS NULL OR j.state = %(state)s::text)
+  AND (%(job_type)s::text IS NULL OR j.job_type = %(job_type)s::text)
   AND (%(after_created_at)s::timestamptz IS NULL
        OR (j.created_at, j.job_id) < (%(after_created_at)s::timestamptz, %(after_job_id)s::uuid))
 ORDER BY j.created_at DESC, j.job_id DESC

@@ -7,11 +7,12 @@ FROM extraction_jobs WHERE job_id = %(job_id)s
 
 -- name: support_list_jobs
 -- The tenant is resolved to its id first, so an unknown name is an error rather than an empty list.
-SELECT j.job_id, j.tenant_id, t.name AS tenant, j.state, j.attempt, j.max_attempts, j.created_at,
+SELECT j.job_id, j.tenant_id, t.name AS tenant, j.job_type, j.state, j.attempt, j.max_attempts, j.created_at,
        j.finished_at, j.last_error->>'reason' AS reason
 FROM extraction_jobs j JOIN tenants t USING (tenant_id)
 WHERE (%(state)s::text IS NULL OR j.state = %(state)s::text)
   AND (%(tenant_id)s::uuid IS NULL OR j.tenant_id = %(tenant_id)s::uuid)
+  AND (%(job_type)s::text IS NULL OR j.job_type = %(job_type)s::text)
 ORDER BY j.created_at DESC
 LIMIT %(limit)s
 

@@ -60,3 +60,18 @@ ORDER BY created_at DESC
 UPDATE api_keys SET revoked_at = %(now)s
 WHERE tenant_id = %(tenant_id)s AND key_id = %(key_id)s AND revoked_at IS NULL
 RETURNING key_id
+
+-- name: list_tenants
+-- Every tenant by name with its live keys and webhook endpoints counted: one pass over each of those small
+-- tables, not one per tenant.
+SELECT t.tenant_id, t.name, t.created_at, t.retention_days, t.monthly_budget_usd,
+       coalesce(k.live_keys, 0) AS live_keys, coalesce(e.webhook_endpoints, 0) AS webhook_endpoints
+FROM tenants t
+LEFT JOIN (SELECT tenant_id, count(*) AS live_keys FROM api_keys WHERE revoked_at IS NULL GROUP BY tenant_id) k
+    USING (tenant_id)
+LEFT JOIN (
+    SELECT tenant_id, count(*) AS webhook_endpoints FROM webhook_endpoints WHERE deleted_at IS NULL
+    GROUP BY tenant_id
+) e USING (tenant_id)
+ORDER BY t.name
+LIMIT %(limit)s

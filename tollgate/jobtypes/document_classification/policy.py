@@ -20,6 +20,10 @@ from tollgate.jobtypes.document_classification.schema import ClassificationOptio
 from tollgate.jobtypes.printed import Label, Located, PrintedDocument, Span, locate_quote
 
 POLICY_VERSION = "classification.v2"
+# Every reason code this policy gives (a test holds it to the policy's code): what `?reason=` filters on.
+REASON_CODES = frozenset(
+    {"evidence_missing", "evidence_not_found", "label_not_allowed", "label_not_evidenced"}
+)
 # A cue this short must be a whole word ("po" is not "Postal"); a longer one may start a longer word
 # ("agreement" in "agreements").
 WHOLE_WORD_BELOW = 4

@@ -20,6 +20,18 @@ from tollgate.jobtypes.printed import Located, PrintedDocument, locate_quote
 from tollgate.jobtypes.statements import dates_in, names_in, number_tokens, numbers_in, prints_name, same_day
 
 POLICY_VERSION = "summary.v2"
+# Every reason code this policy gives (a test holds it to the policy's code): what `?reason=` filters on.
+REASON_CODES = frozenset(
+    {
+        "evidence_missing",
+        "evidence_not_found",
+        "fact_not_in_quote",
+        "no_key_facts",
+        "over_word_limit",
+        "summary_number_unsupported",
+        "too_many_facts",
+    }
+)
 
 
 def validate_summary(

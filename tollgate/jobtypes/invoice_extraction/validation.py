@@ -46,6 +46,29 @@ __all__ = [
 ]
 
 POLICY_VERSION = "validation.v3"
+# Every reason code this policy gives (a test holds it to the policy's code): what `?reason=` filters on.
+REASON_CODES = frozenset(
+    {
+        "currency_not_allowed",
+        "dates_out_of_order",
+        "iban_checksum_invalid",
+        "iban_unverified",
+        "line_amount_mismatch",
+        "line_not_printed",
+        "missing_currency",
+        "missing_field",
+        "missing_money_field",
+        "missing_supplier",
+        "no_line_items",
+        "subtotal_mismatch",
+        "supplier_iban_mismatch",
+        "supplier_unknown",
+        "tax_rate_mismatch",
+        "total_mismatch",
+        "value_not_labelled",
+        "value_not_printed",
+    }
+)
 CENT = Decimal("0.01")
 LEXICON = Lexicon(INVOICE_LABELS)
 
