@@ -121,7 +121,8 @@ def script(steps: list[Command]) -> str:
             f"echo '{STEP}{index}'",
             step.text,
             "status=$?",
-            f'echo "{DONE}{index}:$status"',
+            # On a line of its own, after an output that does not end its last line (curl's JSON).
+            f'echo; echo "{DONE}{index}:$status"',
             f'if [ "$status" -ne {step.exit_code} ]; then exit 1; fi',
         ]
     return "\n".join(lines) + "\n"

@@ -33,5 +33,6 @@ def test_the_readme_walkthrough_runs_as_written(local_stack, tmp_path: Path) -> 
 
     outcomes = run(steps, checkout, shell_environment(), timeout=600)
 
-    assert report(steps, outcomes) == []
+    problems = report(steps, outcomes)
+    assert not problems, "\n\n".join(problems)
     assert len(outcomes) == len(steps)

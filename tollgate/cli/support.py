@@ -270,6 +270,8 @@ def _print_job(job: JobDetail) -> None:
             where = f" ({reason['field']})" if reason.get("field") else ""
             detail = f": {reason['detail']}" if reason.get("detail") else ""
             _line(f"  - {reason.get('code', '?')}{where}{detail}")
+    if job.timeline is not None:
+        return  # the timeline below holds every attempt and audit entry, in the order they happened
     field("attempts", str(len(job.attempts)) if job.attempts else "none")
     for a in job.attempts:
         _line(
