@@ -716,7 +716,30 @@ def main() -> None:
         load_plugins()
     else:
         plugin_loader.append(load_plugins)
-    app()
+    try:
+        app()
+    except Exception as error:
+        said = _database_problem(error)
+        if said is None:
+            raise
+        typer.echo(f"error: {said}", err=True)
+        sys.exit(1)
+
+
+def _database_problem(error: Exception) -> str | None:
+    """One line for a database that is not there or not Tollgate's, instead of a traceback; None for anything
+    else (a bug, which keeps its traceback)."""
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None:
+        return None
+    if isinstance(error, psycopg.errors.UndefinedTable):
+        return (
+            f"the database has no Tollgate schema ({str(error).splitlines()[0]}): run `tollgate db migrate` "
+            "against it, or point DATABASE_URL at the right one"
+        )
+    if isinstance(error, psycopg.OperationalError):
+        return f"cannot use the database: {str(error).strip().splitlines()[0]}"
+    return None
 
 
 if __name__ == "__main__":
