@@ -4,8 +4,9 @@ checks each against the output the README shows for it.
 The walkthrough is the part of README.md between ``<!-- walkthrough:start -->`` and ``<!-- walkthrough:end -->``.
 In a ```` ```console ```` block a line starting ``$ `` is a command (a trailing backslash continues it on the
 next line) and the lines after it, up to the next command, are what the README says it prints. A command
-passes when it exits 0 (or N, when its line ends with the comment ``# exits N``) and its output has every job state, HTTP status and problem status that the README's
-output for it names: ids, times and numbers differ from run to run; a state or a status is the point.
+passes when it exits 0 (or N, when its line ends with the comment ``# exits N``) and its output has every job
+state, HTTP status and problem status that the README's output for it names: ids, times and numbers differ
+from run to run; a state or a status is the point.
 """
 
 from __future__ import annotations
