@@ -40,7 +40,7 @@ def judged(name: str) -> ValidationReport:
 def test_the_readme_shows_the_text_of_the_file_it_submits(name):
     (text,) = pages_of(name)
 
-    assert f"-d @examples/{name}" in README
+    assert f"-d @examples/{name}" in README or f"tollgate submit examples/{name}" in README
     assert f"```text\n{text}```" in README
 
 
