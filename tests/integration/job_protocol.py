@@ -81,6 +81,8 @@ ANSWERS: dict[str, tuple[Callable[[], LlmResult], str]] = {
     "refused": (lambda: LlmResult(OutcomeClass.REFUSED, "", error="refused"), "refused"),
 }
 DEADLINES = st.sampled_from([3600, 600, 150])
+# What a paused worker does when it wakes up, with the claim it held.
+WAKES = ("complete", "heartbeat", "release", "later")
 UNFINISHED = [state.value for state in JobState if not state.is_finished]
 
 
@@ -217,30 +219,50 @@ class JobProtocol(RuleBasedStateMachine):
     # Hypothesis draws each step from the rules whose precondition holds, and in each example switches some
     # rules off (swarm testing). Its draw is not uniform: measured on this machine with this version, the
     # first rule in its order (fewest arguments, then name) comes about twice as often as the others. So a
-    # claim, the move that keeps workers busy, takes no argument and sorts first; a move on a claim is
-    # drawn only while some worker holds one; and a stall is a takeover: the scheduler reaps the paused
-    # workers' leases and a free worker claims at once, so the paused ones wake up holding stale fences of
-    # jobs running under new ones, the case fencing exists for. (One rule for all of a worker's moves, drawn
-    # no more often than time passing, made a move on a stale fence rare: a planted fence bug took a hundred
-    # examples and more to meet.)
+    # claim, the move that keeps workers busy, takes no argument and sorts first; a move on a claim is drawn
+    # only while some worker holds one; and a stall is the scenario fences exist for, played out in one step:
+    # a worker holding a live lease pauses, the scheduler may reap it and other workers take the job over,
+    # and the worker wakes up and goes on with its stale fence. (One rule for all of a worker's moves, drawn
+    # no more often than time passing, made a move on a stale fence rare: a planted fence bug took up to 300
+    # examples to meet.)
 
     @rule()
     def claim_a_job(self) -> None:
         """A free slot claims: the worker holding the fewest claims (the first of them on a tie)."""
         self.claim(self.freest_worker())
 
-    @precondition(lambda self: self.holds_a_claim())
-    @rule()
-    def stall(self) -> None:
-        """The workers pause past their leases (a long GC pause, a partition) while time runs on for
-        everyone; the scheduler notices before they wake up, and a free worker claims the first reaped job
-        as soon as its backoff has passed."""
+    @precondition(lambda self: bool(self.live_claims()))
+    @rule(
+        pick=st.integers(0, 11),
+        noticed=st.booleans(),
+        wakes=st.sampled_from(WAKES),
+        answer=st.sampled_from(list(ANSWERS)),
+    )
+    def stall(self, pick: int, noticed: bool, wakes: str, answer: str) -> None:
+        """A worker pauses past the lease it holds (a long GC pause, a partition) while time runs on for
+        everyone. Either the scheduler notices first, reaps the lease, and the other workers claim once the
+        first reaped job's backoff has passed; or the paused worker wakes first, its lease run out and not yet
+        reaped. Then it goes on with the claim it held: a heartbeat, its answer, a release, or nothing yet (it
+        holds the claim for a later move)."""
+        live = self.live_claims()
+        paused = live[pick % len(live)]
         self.clock.advance(LEASE_SECONDS + 1)
-        self.tick_scheduler()
-        due = [j.next_attempt_at for j in self.jobs.values() if j.state is JobState.RETRY_SCHEDULED]
-        wait = min((at - self.clock.now() for at in due if at is not None), default=timedelta(0))
-        self.clock.advance(max(wait.total_seconds(), 0.0))
-        self.claim(self.freest_worker())
+        if noticed:
+            self.tick_scheduler()
+            due = [j.next_attempt_at for j in self.jobs.values() if j.state is JobState.RETRY_SCHEDULED]
+            wait = min((at - self.clock.now() for at in due if at is not None), default=timedelta(0))
+            self.clock.advance(max(wait.total_seconds(), 0.0))
+            for worker in WORKERS:
+                if worker != paused.worker:
+                    self.claim(worker)
+        if wakes == "heartbeat":
+            self.heartbeat(paused)
+        elif wakes in {"complete", "release"}:
+            self.held[paused.worker].remove(paused.job)  # an attempt ends once, however it ends
+            if wakes == "complete":
+                self.complete(paused, answer)
+            else:
+                self.release(paused)
 
     @precondition(lambda self: self.holds_a_claim())
     @rule(pick=st.integers(0, 11))
@@ -284,6 +306,11 @@ class JobProtocol(RuleBasedStateMachine):
 
     def freest_worker(self) -> str:
         return min(WORKERS, key=lambda worker: len(self.held[worker]))
+
+    def live_claims(self) -> list[Held]:
+        """The claims whose worker still holds the job's lease, as the model says."""
+        held = [Held(worker, job) for worker in WORKERS for job in self.held[worker]]
+        return [claim for claim in held if self.jobs[claim.job.job_id].owned_by(claim)]
 
     def holds_a_claim(self) -> bool:
         return any(self.held.values())
@@ -346,7 +373,9 @@ class JobProtocol(RuleBasedStateMachine):
         job.lease_owner, job.lease_until = worker, now + timedelta(seconds=LEASE_SECONDS)
         job.next_attempt_at = None
         job.attempts[job.attempt] = (job.fence, None)
-        assert (claimed.attempt, claimed.fence) == (job.attempt, job.fence)
+        assert (claimed.attempt, claimed.fence) == (job.attempt, job.fence), (
+            f"the claim's (attempt, fence) {(claimed.attempt, claimed.fence)} differs from the model"
+        )
         self.held[worker].append(claimed)
 
     def claimable(self, now: datetime) -> set[UUID]:
