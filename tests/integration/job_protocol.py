@@ -240,10 +240,10 @@ class JobProtocol(RuleBasedStateMachine):
     )
     def stall(self, pick: int, noticed: bool, wakes: str, answer: str) -> None:
         """A worker pauses past the lease it holds (a long GC pause, a partition) while time runs on for
-        everyone. Either the scheduler notices first, reaps the lease, and the other workers claim once the
-        first reaped job's backoff has passed; or the paused worker wakes first, its lease run out and not yet
-        reaped. Then it goes on with the claim it held: a heartbeat, its answer, a release, or nothing yet (it
-        holds the claim for a later move)."""
+        everyone. Either the scheduler notices first, reaps the lease, and the other workers claim all that
+        can run once the first reaped job's backoff has passed; or the paused worker wakes first, its lease
+        run out and not yet reaped. Then it goes on with the claim it held: a heartbeat, its answer, a
+        release, or nothing yet (it holds the claim for a later move)."""
         live = self.live_claims()
         paused = live[pick % len(live)]
         self.clock.advance(LEASE_SECONDS + 1)
@@ -252,9 +252,13 @@ class JobProtocol(RuleBasedStateMachine):
             due = [j.next_attempt_at for j in self.jobs.values() if j.state is JobState.RETRY_SCHEDULED]
             wait = min((at - self.clock.now() for at in due if at is not None), default=timedelta(0))
             self.clock.advance(max(wait.total_seconds(), 0.0))
-            for worker in WORKERS:
-                if worker != paused.worker:
+            others = [worker for worker in WORKERS if worker != paused.worker]
+            while True:  # until a round of claims takes nothing: a bounded number of jobs can run
+                holding = sum(len(self.held[worker]) for worker in others)
+                for worker in others:
                     self.claim(worker)
+                if sum(len(self.held[worker]) for worker in others) == holding:
+                    break
         if wakes == "heartbeat":
             self.heartbeat(paused)
         elif wakes in {"complete", "release"}:
