@@ -21,14 +21,7 @@ from uuid import UUID
 import psycopg
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (
-    RuleBasedStateMachine,
-    initialize,
-    invariant,
-    precondition,
-    rule,
-    run_state_machine_as_test,
-)
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 from psycopg.rows import DictRow, dict_row
 from pydantic import SecretStr
 
@@ -80,10 +73,27 @@ ANSWERS: dict[str, tuple[Callable[[], LlmResult], str]] = {
     ),
     "refused": (lambda: LlmResult(OutcomeClass.REFUSED, "", error="refused"), "refused"),
 }
+# "stall": the worker pauses past its lease (a long GC pause, a partition) while time runs on for everyone
+# and the scheduler ticks.
+MOVES = ("claim", "complete", "heartbeat", "release", "stall")
+OPERATIONS = ("tick", "submit", "cancel", "redrive")
 DEADLINES = st.sampled_from([3600, 600, 150])
-# What a paused worker does when it wakes up, with the claim it held.
-WAKES = ("complete", "heartbeat", "release", "later")
 UNFINISHED = [state.value for state in JobState if not state.is_finished]
+
+
+@dataclass(frozen=True)
+class Move:
+    worker: str
+    action: str
+    pick: int  # which of the worker's claims, when it holds several
+    answer: str  # the provider's answer, for a completion
+
+
+@dataclass(frozen=True)
+class Operation:
+    action: str
+    job: int  # which job (or which tenant, for a submission)
+    deadline: int  # for a submission
 
 
 @dataclass(frozen=True)
@@ -216,116 +226,53 @@ class JobProtocol(RuleBasedStateMachine):
         return low + self.jitter_share * (high - low)
 
     # -- rules ---------------------------------------------------------------------------------------
-    # Hypothesis draws each step from the rules whose precondition holds, and in each example switches some
-    # rules off (swarm testing). Its draw is not uniform: measured on this machine with this version, the
-    # first rule in its order (fewest arguments, then name) comes about twice as often as the others. So a
-    # claim, the move that keeps workers busy, takes no argument and sorts first; a move on a claim is drawn
-    # only while some worker holds one; and a stall is the scenario fences exist for, played out in one step:
-    # a worker holding a live lease pauses, the scheduler may reap it and other workers take the job over,
-    # and the worker wakes up and goes on with its stale fence. (One rule for all of a worker's moves, drawn
-    # no more often than time passing, made a move on a stale fence rare: a planted fence bug took up to 300
-    # examples to meet.)
+    # Hypothesis tries rules with fewer arguments first, then by name: each rule takes one argument, and
+    # the workers' rule sorts first, so most steps are workers' moves rather than the world's.
 
-    @rule()
-    def claim_a_job(self) -> None:
-        """A free slot claims: the worker holding the fewest claims (the first of them on a tie)."""
-        self.claim(self.freest_worker())
-
-    @precondition(lambda self: bool(self.live_claims()))
     @rule(
-        pick=st.integers(0, 11),
-        noticed=st.booleans(),
-        wakes=st.sampled_from(WAKES),
-        answer=st.sampled_from(list(ANSWERS)),
+        move=st.builds(
+            Move,
+            st.sampled_from(WORKERS),
+            st.sampled_from(MOVES),
+            st.integers(0, 3),
+            st.sampled_from(list(ANSWERS)),
+        )
     )
-    def stall(self, pick: int, noticed: bool, wakes: str, answer: str) -> None:
-        """A worker pauses past the lease it holds (a long GC pause, a partition) while time runs on for
-        everyone. Either the scheduler notices first, reaps the lease, and the other workers claim all that
-        can run once the first reaped job's backoff has passed; or the paused worker wakes first, its lease
-        run out and not yet reaped. Then it goes on with the claim it held: a heartbeat, its answer, a
-        release, or nothing yet (it holds the claim for a later move)."""
-        live = self.live_claims()
-        paused = live[pick % len(live)]
-        self.clock.advance(LEASE_SECONDS + 1)
-        if noticed:
-            self.tick_scheduler()
-            due = [j.next_attempt_at for j in self.jobs.values() if j.state is JobState.RETRY_SCHEDULED]
-            wait = min((at - self.clock.now() for at in due if at is not None), default=timedelta(0))
-            self.clock.advance(max(wait.total_seconds(), 0.0))
-            others = [worker for worker in WORKERS if worker != paused.worker]
-            while True:  # until a round of claims takes nothing: a bounded number of jobs can run
-                holding = sum(len(self.held[worker]) for worker in others)
-                for worker in others:
-                    self.claim(worker)
-                if sum(len(self.held[worker]) for worker in others) == holding:
-                    break
-        if wakes == "heartbeat":
-            self.heartbeat(paused)
-        elif wakes in {"complete", "release"}:
-            self.held[paused.worker].remove(paused.job)  # an attempt ends once, however it ends
-            if wakes == "complete":
-                self.complete(paused, answer)
+    def act(self, move: Move) -> None:
+        """One worker's next move. A worker holding nothing claims: that is what a free slot does."""
+        held = self.held[move.worker]
+        if move.action == "stall":
+            self.clock.advance(LEASE_SECONDS + 1)
+            self.tick_scheduler()  # and the scheduler notices before the worker wakes up
+        elif move.action == "claim" or not held:
+            self.claim(move.worker)
+        elif move.action == "heartbeat":
+            self.heartbeat(Held(move.worker, held[move.pick % len(held)]))
+        else:
+            job = held.pop(move.pick % len(held))  # an attempt ends once, however it ends
+            if move.action == "complete":
+                self.complete(Held(move.worker, job), move.answer)
             else:
-                self.release(paused)
-
-    @precondition(lambda self: self.holds_a_claim())
-    @rule(pick=st.integers(0, 11))
-    def heartbeat_a_claim(self, pick: int) -> None:
-        self.heartbeat(self.held_claim(pick, ending=False))
-
-    @precondition(lambda self: self.holds_a_claim())
-    @rule(pick=st.integers(0, 11), answer=st.sampled_from(list(ANSWERS)))
-    def complete_a_claim(self, pick: int, answer: str) -> None:
-        self.complete(self.held_claim(pick, ending=True), answer)
-
-    @precondition(lambda self: self.holds_a_claim())
-    @rule(pick=st.integers(0, 11))
-    def release_a_claim(self, pick: int) -> None:
-        self.release(self.held_claim(pick, ending=True))
+                self.release(Held(move.worker, job))
 
     @rule(seconds=st.sampled_from([61, 15, 1, 59, 200, 900]))
     def advance(self, seconds: int) -> None:
         """Time passes. The scheduler runs only when a step says so, so a lease can run out unnoticed."""
         self.clock.advance(seconds)
 
-    @rule()
-    def tick(self) -> None:
-        self.tick_scheduler()
-
-    @precondition(lambda self: len(self.jobs) < MAX_JOBS)
-    @rule(tenant=st.integers(0, 1), deadline=DEADLINES)
-    def submit_a_job(self, tenant: int, deadline: int) -> None:
-        self.submit(tenant, deadline)
-
-    @rule(pick=st.integers(0, MAX_JOBS - 1))
-    def cancel_a_job(self, pick: int) -> None:
+    @rule(op=st.builds(Operation, st.sampled_from(OPERATIONS), st.integers(0, MAX_JOBS - 1), DEADLINES))
+    def operate(self, op: Operation) -> None:
+        """What goes on around the workers: the scheduler's tick, tenants submitting and cancelling, support
+        staff redriving."""
         jobs = list(self.jobs.values())
-        self.cancel(jobs[pick % len(jobs)])
-
-    @rule(pick=st.integers(0, MAX_JOBS - 1))
-    def redrive_a_job(self, pick: int) -> None:
-        """Support staff redrive a job, whatever its state: only a terminally failed one may be."""
-        jobs = list(self.jobs.values())
-        self.redrive(jobs[pick % len(jobs)])
-
-    def freest_worker(self) -> str:
-        return min(WORKERS, key=lambda worker: len(self.held[worker]))
-
-    def live_claims(self) -> list[Held]:
-        """The claims whose worker still holds the job's lease, as the model says."""
-        held = [Held(worker, job) for worker in WORKERS for job in self.held[worker]]
-        return [claim for claim in held if self.jobs[claim.job.job_id].owned_by(claim)]
-
-    def holds_a_claim(self) -> bool:
-        return any(self.held.values())
-
-    def held_claim(self, pick: int, *, ending: bool) -> Held:
-        """One of the claims the workers hold, fresh or stale. An attempt ends once, however it ends: a claim
-        that ends leaves its worker's hands."""
-        claims = [(worker, index) for worker in WORKERS for index in range(len(self.held[worker]))]
-        worker, index = claims[pick % len(claims)]
-        held = self.held[worker]
-        return Held(worker, held.pop(index) if ending else held[index])
+        if op.action == "tick":
+            self.tick_scheduler()
+        elif op.action == "submit" and len(jobs) < MAX_JOBS:
+            self.submit(op.job, op.deadline)
+        elif op.action == "cancel":
+            self.cancel(jobs[op.job % len(jobs)])
+        elif op.action == "redrive":
+            self.redrive(jobs[op.job % len(jobs)])
 
     # -- what each move does, and what the model says it must do ---------------------------------------
 
@@ -377,9 +324,7 @@ class JobProtocol(RuleBasedStateMachine):
         job.lease_owner, job.lease_until = worker, now + timedelta(seconds=LEASE_SECONDS)
         job.next_attempt_at = None
         job.attempts[job.attempt] = (job.fence, None)
-        assert (claimed.attempt, claimed.fence) == (job.attempt, job.fence), (
-            f"the claim's (attempt, fence) {(claimed.attempt, claimed.fence)} differs from the model"
-        )
+        assert (claimed.attempt, claimed.fence) == (job.attempt, job.fence)
         self.held[worker].append(claimed)
 
     def claimable(self, now: datetime) -> set[UUID]:
